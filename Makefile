@@ -1,0 +1,32 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both create .venv (Python 3.11) and install the pinned stack into it first.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# Every process that may start DDS stays on this machine, on its own domain.
+export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
+export ROS_DOMAIN_ID ?= 42
+
+.PHONY: install demo test bench clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/rt-runtime demo
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	@set -e; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,55 @@
+"""`rt-runtime`: one command for everything (check, sim, replay, analyze, run, play, faults).
+
+Each subcommand lives in ``rt_runtime/commands/<name>.py`` with ``add_parser(subparsers)`` and
+``run(args) -> int``; this module only wires them up, so a subcommand's imports (torch, rosbags,
+rclpy) are paid only when it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> one-line help. Order is the order `--help` lists them.
+COMMANDS = {
+    "demo": "run the main job on the built-in scenario and report what it showed",
+    "check": "schedulability analysis of a configuration (exit 0 schedulable, 1 not, 2 invalid)",
+}
+
+
+class UsageError(Exception):
+    """Invalid input from the user: printed as one line, exit status 2, no traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="rt-runtime",
+        description="Deterministic real-time runtime for perception, fusion and planning graphs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        module = importlib.import_module(f"rt_runtime.commands.{name}")
+        p = module.add_parser(sub, name, help_text)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `rt-runtime` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_module", None) is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args._module.run(args) or 0)
+    except UsageError as e:
+        print(f"rt-runtime {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""rt_runtime: a deterministic real-time runtime for robot perception, fusion and planning graphs.
+
+ament_python conventions, so `colcon build` works in a ROS 2 workspace and `pip install -e .`
+works in a plain virtual environment.
+"""
+from glob import glob
+
+from setuptools import find_packages, setup
+
+PACKAGE = "rt_runtime"
+
+setup(
+    name=PACKAGE,
+    version="0.1.0",
+    description="Deterministic real-time runtime for perception, fusion and planning graphs",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["rt_runtime", "rt_runtime.*", "pipelines", "pipelines.*"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
+        (f"share/{PACKAGE}", ["package.xml"]),
+        (f"share/{PACKAGE}/launch", glob("launch/*.py")),
+        (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+    ],
+    # Ranges here; requirements.txt pins the exact stack CI tests.
+    install_requires=["numpy>=1.26", "pyyaml>=6", "torch>=2.13"],
+    extras_require={
+        "bag": ["rosbags>=0.11"],
+        "ros": [
+            "ros-rclpy==9.1.2",
+            "ros-rmw-fastrtps-cpp==9.3.3",
+            "ros-sensor-msgs==5.5.1",
+            "ros-nav-msgs==5.5.1",
+            "ros-visualization-msgs==5.5.1",
+            "ros-diagnostic-msgs==5.5.1",
+        ],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8"],
+    },
+    zip_safe=True,
+    entry_points={"console_scripts": ["rt-runtime = rt_runtime.cli:main"]},
+)
