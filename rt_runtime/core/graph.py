@@ -84,7 +84,7 @@ class Graph:
                                         tensor=s.name, op=o.name, graph=name)
                 consumers[s.name].append(o.name)
         for t in out_names:
-            if t not in self.specs:
+            if t not in self.producer:
                 raise GraphError(name, f"graph output '{t}' is produced by no op")
         self.outputs: tuple[TensorSpec, ...] = tuple(self.specs[t] for t in out_names)
         for t, users in consumers.items():

@@ -1,0 +1,93 @@
+"""CUDA backend (torch.cuda): arenas in device memory, one held stream per task, CUDA Graphs.
+
+Imported lazily, so the package and its tests work on machines without CUDA. Streams are created
+once per task and held, never taken from torch's shared round-robin pool, so two tasks never
+serialize behind each other by accident. CUDA offers only a few stream priority levels; the
+runtime's priorities are mapped onto them, most urgent first.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from ..core.tensor import TensorSpec
+
+
+class CudaDevice:
+    """torch tensors on one CUDA device."""
+
+    kind = "cuda"
+
+    def __init__(self, index: int = 0) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("cuda device: torch.cuda.is_available() is false on this machine; use 'cpu'")
+        if index >= torch.cuda.device_count():
+            raise RuntimeError(f"cuda device: index {index} asked for, {torch.cuda.device_count()} present")
+        self.torch = torch
+        self.index = index
+        self.name = f"cuda:{index}"
+        self._device = torch.device(self.name)
+        try:
+            least, greatest = torch.cuda.Stream.priority_range()
+        except (AttributeError, RuntimeError):
+            least, greatest = 0, -1
+        # CUDA: lower number = more urgent; `greatest` is the most urgent level (e.g. -5).
+        self.priority_levels = (least, greatest)
+
+    def alloc_arena(self, nbytes: int, alignment: int) -> Any:
+        """One device allocation; the caching allocator returns 512-byte aligned blocks."""
+        torch = self.torch
+        raw = torch.zeros(nbytes + alignment, dtype=torch.uint8, device=self._device)
+        start = (-raw.data_ptr()) % alignment
+        return raw[start:start + nbytes]
+
+    def view(self, storage: Any, offset: int, spec: TensorSpec, shape: tuple[int, ...] | None = None) -> Any:
+        """A view at ``offset`` of ``shape`` (default: the spec's largest)."""
+        shape = spec.max_shape if shape is None else tuple(shape)
+        nbytes = math.prod(shape) * spec.itemsize
+        flat = storage[offset:offset + nbytes].view(getattr(self.torch, spec.dtype))
+        if spec.layout == "channels_last":
+            n, c, h, w = shape
+            return flat.view(n, h, w, c).permute(0, 3, 1, 2)
+        return flat.view(shape)
+
+    def cuda_priority(self, priority: int) -> int:
+        """Map a runtime priority (0 normal, larger more urgent) onto CUDA's few levels."""
+        least, greatest = self.priority_levels
+        return max(greatest, least - max(0, priority))
+
+    def stream(self, priority: int = 0) -> Any:
+        """A new stream owned by the caller, at the mapped priority."""
+        return self.torch.cuda.Stream(device=self._device, priority=self.cuda_priority(priority))
+
+    def on_stream(self, stream: Any) -> Any:
+        """Context in which kernels launch on ``stream``."""
+        return self.torch.cuda.stream(stream)
+
+    def synchronize(self, stream: Any = None) -> None:
+        """Wait for a stream, or the whole device."""
+        if stream is None:
+            self.torch.cuda.synchronize(self._device)
+        else:
+            stream.synchronize()
+
+    def event(self) -> Any:
+        """An event for cross-stream dependencies (record on the producer, wait on the consumer)."""
+        return self.torch.cuda.Event()
+
+    def copy_(self, dst: Any, src: Any) -> None:
+        """Asynchronous in-place copy on the current stream."""
+        dst.copy_(src, non_blocking=True)
+
+    def capture(self, body: Callable[[], None], stream: Any) -> Any:
+        """Record ``body``'s kernels into a CUDA graph on ``stream``; replay with ``graph.replay()``."""
+        torch = self.torch
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            body()
+        return graph
+
+    def __repr__(self) -> str:
+        return f"CudaDevice({self.name})"

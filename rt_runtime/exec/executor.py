@@ -1,0 +1,175 @@
+"""GraphExecutor: runs one job of a graph on a device, op by op, inside its planned arenas.
+
+Set-up (once): plan the graph's memory, allocate one arena per pool kind, cut every planned tensor
+as a view at its offset, and build each op's argument list. A job then only binds its inputs
+(checked against their contracts), walks the ops in the graph's fixed order handing each its
+planned views, and records each op's start and end. It allocates nothing for planned tensors.
+
+``steps(inputs)`` yields after every op: the op boundaries are the preemption points of the
+scheduler (limited preemption), and closing the generator aborts the job at the next boundary.
+
+On CUDA, with ``capture=True`` and a graph whose ops are all capturable, the whole graph is
+recorded into a CUDA graph after ``warmup`` eager jobs and replayed from then on; a job whose
+input shapes differ from the captured ones runs eagerly instead. Captures, replays and eager
+fallbacks are counted.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterator, Mapping
+
+from ..core.graph import Graph
+from ..core.tensor import ContractError
+from ..device.base import Device
+from ..device.cpu import CpuDevice
+from ..memory.arena import Arena, PoolKind
+from ..memory.graph_plan import PoolPlan, plan_graph, workspace_key
+
+_now = time.monotonic_ns
+
+
+class GraphExecutor:
+    """Runs jobs of one graph on one device, on the task's own stream, inside its arenas."""
+
+    def __init__(self, graph: Graph, device: Device | None = None, *, owner: str | None = None,
+                 priority: int = 0, alignment: int = 64, capture: bool = False, warmup: int = 3,
+                 check_inputs: bool = True) -> None:
+        self.graph = graph
+        self.device: Device = device if device is not None else CpuDevice()
+        self.owner = owner or graph.name
+        self.check_inputs = check_inputs
+        self.stream = self.device.stream(priority)
+        on_cuda = self.device.kind == "cuda"
+        self.capture_wanted = capture and on_cuda
+        self.warmup = warmup
+        self.pools: dict[PoolKind, PoolPlan] = plan_graph(graph, alignment, stage_inputs=self.capture_wanted)
+        self.arenas: dict[PoolKind, Arena] = {}
+        self.views: dict[str, Any] = {}
+        for kind, pool in self.pools.items():
+            storage = self.device.alloc_arena(pool.plan.total_bytes, pool.plan.alignment)
+            self.arenas[kind] = Arena(f"{self.owner}/{kind.value}", kind, pool.plan, storage)
+            for name, spec in pool.specs.items():
+                self.views[name] = self.device.view(storage, pool.plan.offsets[name], spec)
+
+        # Each op's argument list: inputs, outputs, workspace. Graph-input slots are filled per job.
+        self._calls: list[tuple[Any, list[Any]]] = []
+        self._input_slots: dict[str, list[tuple[list[Any], int]]] = {s.name: [] for s in graph.inputs}
+        for o in graph.ops:
+            args: list[Any] = []
+            for s in o.inputs:
+                if s.name in self._input_slots:
+                    self._input_slots[s.name].append((args, len(args)))
+                    args.append(None)
+                else:
+                    args.append(self.views[s.name])
+            args += [self.views[s.name] for s in o.outputs]
+            args += [self.views[workspace_key(o.name, s.name)] for s in o.workspace]
+            self._calls.append((o.fn, args))
+        self.outputs: dict[str, Any] = {s.name: self.views[s.name] for s in graph.outputs}
+
+        n = len(graph.ops)
+        self.op_start_ns: list[int] = [0] * n
+        self.op_end_ns: list[int] = [0] * n
+        self._stream_ctx = self.device.on_stream(self.stream) if on_cuda else None
+        self.jobs = 0
+        self.captures = 0
+        self.replays = 0
+        self.fallbacks = 0
+        self._cuda_graph: Any = None
+        self._captured_shapes: dict[str, tuple[int, ...]] = {}
+        self._staging: dict[str, Any] = {}
+
+    # ---- one job ----------------------------------------------------------------------------
+    def bind(self, inputs: Mapping[str, Any]) -> None:
+        """Check each graph input against its contract and hand it to the ops that read it."""
+        g = self.graph
+        for spec in g.inputs:
+            x = inputs.get(spec.name)
+            if x is None:
+                raise ContractError("presence", "a bound tensor", "nothing", tensor=spec.name, op="<bind>",
+                                    graph=g.name)
+            if self.check_inputs:
+                spec.check(x, op="<bind>", graph=g.name)
+            for args, pos in self._input_slots[spec.name]:
+                args[pos] = x
+
+    def steps(self, inputs: Mapping[str, Any]) -> Iterator[int]:
+        """Run one job, yielding the op index after each op (a preemption point)."""
+        self.bind(inputs)
+        if self._cuda_graph is not None:
+            if self._replayable(inputs):
+                yield self._replay(inputs)
+                self.jobs += 1
+                return
+            self.fallbacks += 1
+        elif self.capture_wanted and self.jobs >= self.warmup and not self.graph.capturable:
+            self.fallbacks += 1
+        starts, ends, ctx = self.op_start_ns, self.op_end_ns, self._stream_ctx
+        i = 0
+        for fn, args in self._calls:
+            starts[i] = _now()
+            if ctx is None:
+                fn(*args)
+            else:
+                with ctx:
+                    fn(*args)
+            ends[i] = _now()
+            yield i
+            i += 1
+        self.jobs += 1
+        if self.capture_wanted and self._cuda_graph is None and self.jobs == self.warmup and self.graph.capturable:
+            self._capture(inputs)
+
+    def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Run one job to completion; returns the output views (valid until the next job)."""
+        for _ in self.steps(inputs):
+            pass
+        return self.outputs
+
+    # ---- CUDA graphs ------------------------------------------------------------------------
+    def _capture(self, inputs: Mapping[str, Any]) -> None:
+        """Record the whole graph reading fixed staging copies of the inputs."""
+        io = self.arenas[PoolKind.IO]
+        for spec in self.graph.inputs:
+            shape = tuple(inputs[spec.name].shape)
+            self._captured_shapes[spec.name] = shape
+            stage = self.device.view(io.storage, io.plan.offsets[spec.name], spec, shape)
+            self.device.copy_(stage, inputs[spec.name])
+            self._staging[spec.name] = stage
+        self.bind(self._staging)
+
+        def body() -> None:
+            for fn, args in self._calls:
+                fn(*args)
+
+        self._cuda_graph = self.device.capture(body, self.stream)  # type: ignore[attr-defined]
+        self.captures += 1
+
+    def _replayable(self, inputs: Mapping[str, Any]) -> bool:
+        shapes = self._captured_shapes
+        return all(tuple(inputs[n].shape) == s for n, s in shapes.items())
+
+    def _replay(self, inputs: Mapping[str, Any]) -> int:
+        last = len(self._calls) - 1
+        self.op_start_ns[0] = _now()
+        with self._stream_ctx:  # type: ignore[union-attr]
+            for name, stage in self._staging.items():
+                self.device.copy_(stage, inputs[name])
+            self._cuda_graph.replay()
+        self.op_end_ns[last] = _now()
+        self.replays += 1
+        return last
+
+    # ---- facts ------------------------------------------------------------------------------
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes reserved in all of this executor's arenas."""
+        return sum(a.nbytes for a in self.arenas.values())
+
+    def stats(self) -> dict[str, int]:
+        """Counters for diagnostics and the trace."""
+        return {"jobs": self.jobs, "captures": self.captures, "replays": self.replays,
+                "fallbacks": self.fallbacks, "arena_bytes": self.arena_bytes}
+
+    def __repr__(self) -> str:
+        return f"GraphExecutor({self.graph.name!r} on {self.device.name}, {self.arena_bytes} B in arenas)"
