@@ -42,7 +42,7 @@ def test_violation_names_graph_op_tensor_field_expected_found(tensor, field, exp
 
 def test_alignment_checked_on_the_data_pointer():
     s = TensorSpec("x", (4,), "float32", alignment=64)
-    base = np.zeros(64, np.uint8)
+    base = np.zeros(128, np.uint8)
     off = (-base.ctypes.data) % 64
     aligned = base[off:off + 16].view(np.float32)
     s.check(aligned)
