@@ -1,0 +1,1 @@
+"""The reference driving stack: perception, fusion, prediction and planning graphs on rt_runtime."""
