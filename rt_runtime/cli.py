@@ -14,6 +14,7 @@ import sys
 COMMANDS = {
     "demo": "run the main job on the built-in scenario and report what it showed",
     "check": "schedulability analysis of a configuration (exit 0 schedulable, 1 not, 2 invalid)",
+    "sim": "simulate a driving scenario and record its sensors and ground truth as a rosbag2 bag",
 }
 
 

@@ -1,0 +1,275 @@
+"""`open_bag` / `BagReader`: rosbag2 (.mcap, .db3) reading in a stable, total message order.
+
+Order: log timestamp, then topic name, then the topic's own file order (`seq`). The same bag
+therefore always yields the same sequence, whichever storage plugin or writer produced it.
+"""
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple
+
+from rosbags.interfaces import MessageDefinitionFormat
+from rosbags.rosbag2 import Reader, ReaderError
+from rosbags.typesys import get_types_from_idl, get_types_from_msg
+from rosbags.typesys.store import Typestore
+
+from .errors import BagError, BagWarning, CodecError
+from .salvage import Salvaged, salvage_mcap, salvage_sqlite
+from .types import new_typestore
+
+STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
+
+
+class BagMessage(NamedTuple):
+    """One raw message: topic, log time (ns), type name, CDR bytes and per-topic sequence number."""
+
+    topic: str
+    t_ns: int
+    msgtype: str
+    raw_cdr: bytes
+    seq: int = 0
+
+
+def open_bag(path: str | Path) -> "BagReader":
+    """Open a rosbag2 directory, or a bare .mcap/.db3 file, for reading."""
+    return BagReader(path)
+
+
+def _storage_files(path: Path) -> tuple[Path, list[Path]]:
+    """(what rosbags should open, the storage files inside it)."""
+    if not path.exists():
+        raise BagError(f"bag {path}: no such file or directory")
+    if path.is_file():
+        if path.suffix not in STORAGE_SUFFIXES:
+            raise BagError(f"bag {path}: expected a rosbag2 directory, .mcap or .db3 file; "
+                           f"found a {path.suffix or 'suffix-less'} file")
+        return path, [path]
+    files = sorted(p for p in path.iterdir() if p.suffix in STORAGE_SUFFIXES)
+    if (path / "metadata.yaml").exists():
+        return path, files
+    if len(files) == 1:  # a directory whose metadata.yaml was lost still holds a readable file
+        return files[0], files
+    raise BagError(f"bag {path}: expected metadata.yaml or one .mcap/.db3 file in the directory; "
+                   f"found {len(files)} storage files")
+
+
+class BagReader:
+    """An open bag: topic table, time range, ordered raw messages and decoding."""
+
+    def __init__(self, path: str | Path) -> None:
+        """Open `path`; a damaged storage file is scanned for what is readable (see `truncated`)."""
+        self.path = Path(path)
+        target, self.files = _storage_files(self.path)
+        self.storage = STORAGE_SUFFIXES.get(self.files[0].suffix, "") if self.files else ""
+        self.store: Typestore = new_typestore()
+        self.truncated: str | None = None
+        self.skipped: Counter[str] = Counter()
+        self.metadata: dict[str, str] = {}
+        self._reader: Reader | None = None
+        self._salvaged: list[Salvaged] = []
+        msgdefs: dict[str, tuple[str, str]] = {}
+        try:
+            self._reader = Reader(target)
+            self._reader.open()
+        except (ReaderError, OSError, KeyError, ValueError) as e:
+            self._reader = None
+            self._salvage(e)
+        if self._reader is not None:
+            conns = self._reader.connections
+            self.topics = {c.topic: c.msgtype for c in conns}
+            self.counts = {t: 0 for t in self.topics}
+            for c in conns:
+                self.counts[c.topic] += c.msgcount
+                if c.msgdef.format != MessageDefinitionFormat.NONE:
+                    fmt = "ros2msg" if c.msgdef.format == MessageDefinitionFormat.MSG else "ros2idl"
+                    msgdefs[c.msgtype] = (fmt, c.msgdef.data)
+            count = self._reader.message_count
+            self.start_ns = self._reader.start_time if count else 0
+            self.end_ns = self._reader.end_time - 1 if count else 0
+            meta = getattr(self._reader.storage, "metadata", None)
+            self.metadata = dict(getattr(meta, "custom", None) or {})  # metadata.yaml custom_data
+        else:
+            self.topics, self.counts = {}, {}
+            for s in self._salvaged:
+                self.topics.update(s.topics)
+                msgdefs.update(s.msgdefs)
+            for s in self._salvaged:
+                for e in s.entries:
+                    self.counts[e[1]] = self.counts.get(e[1], 0) + 1
+            ts = [e[0] for s in self._salvaged for e in s.entries]
+            self.start_ns, self.end_ns = (min(ts), max(ts)) if ts else (0, 0)
+        self.msgdefs = msgdefs
+        self._register_types(msgdefs)
+
+    def _salvage(self, error: Exception) -> None:
+        """Fall back to scanning storage files; raise BagError when nothing is readable."""
+        files = [f for f in self.files if f.is_file()]
+        if not files:
+            raise BagError(f"bag {self.path}: cannot open: {error}") from None
+        for f in files:
+            try:
+                s = salvage_mcap(f) if f.suffix == ".mcap" else salvage_sqlite(f)
+            except (ValueError, OSError) as e:
+                raise BagError(f"bag {self.path}: cannot read {f.name}: {e} (reader said: {error})") from None
+            except Exception as e:  # apsw raises its own hierarchy for unreadable files
+                raise BagError(f"bag {self.path}: cannot read {f.name}: {e} (reader said: {error})") from None
+            self._salvaged.append(s)
+        got = sum(len(s.entries) for s in self._salvaged)
+        if not got and not any(s.topics for s in self._salvaged):
+            raise BagError(f"bag {self.path}: no readable messages: {error}") from None
+        where = "; ".join(f"{s.path.name}: stopped at byte {s.stopped_at} of {s.size} ({s.reason})"
+                          for s in self._salvaged)
+        expected = self._expected_count()
+        of = f" of {expected}" if expected else ""
+        self.truncated = f"bag {self.path} is truncated or damaged: read {got}{of} messages; {where}"
+        warnings.warn(self.truncated, BagWarning, stacklevel=3)
+
+    def _expected_count(self) -> int | None:
+        meta = self.path / "metadata.yaml" if self.path.is_dir() else None
+        if meta is None or not meta.exists():
+            return None
+        try:
+            from ruamel.yaml import YAML
+            return int(YAML(typ="safe").load(meta.read_text())["rosbag2_bagfile_information"]["message_count"])
+        except Exception:
+            return None
+
+    def _register_types(self, msgdefs: dict[str, tuple[str, str]]) -> None:
+        """Teach the type store every type the bag carries a definition for and it lacks."""
+        for msgtype, (fmt, text) in msgdefs.items():
+            if msgtype in self.store.types or not text:
+                continue
+            try:
+                types = get_types_from_msg(text, msgtype) if fmt == "ros2msg" else get_types_from_idl(text)
+                self.store.register(types)
+            except Exception as e:
+                warnings.warn(f"bag {self.path}: cannot use the stored definition of {msgtype}: {e}",
+                              BagWarning, stacklevel=3)
+
+    @property
+    def duration_ns(self) -> int:
+        """Time from the first to the last message (ns)."""
+        return self.end_ns - self.start_ns
+
+    @property
+    def message_count(self) -> int:
+        """Number of messages the bag holds (readable ones, for a damaged bag)."""
+        return sum(self.counts.values())
+
+    def messages(self, topics: Iterable[str] | None = None, start_ns: int | None = None,
+                 stop_ns: int | None = None) -> Iterator[BagMessage]:
+        """Raw messages in (t_ns, topic, seq) order, optionally only `topics` and [start_ns, stop_ns)."""
+        wanted = set(self.topics) if topics is None else set(topics)
+        if unknown := wanted - set(self.topics):
+            raise BagError(f"bag {self.path}: no topic {sorted(unknown)[0]}; it has {sorted(self.topics)}")
+        if self._reader is not None:
+            yield from self._ordered(self._indexed(wanted, start_ns, stop_ns))
+        else:
+            yield from self._from_salvage(wanted, start_ns, stop_ns)
+
+    def _indexed(self, wanted: set[str], start_ns: int | None, stop_ns: int | None) -> Iterator[tuple[int, str, bytes]]:
+        assert self._reader is not None
+        conns = [c for c in self._reader.connections if c.topic in wanted]
+        if not conns:
+            return
+        last = None
+        try:
+            for conn, t, raw in self._reader.messages(conns, start=start_ns, stop=stop_ns):
+                last = t
+                yield t, conn.topic, raw
+        except (ReaderError, OSError, ValueError, KeyError, IndexError) as e:
+            raise BagError(f"bag {self.path}: corrupt data after t={last} ns: {e}") from None
+        except Exception as e:  # apsw errors (malformed database) surface only while iterating
+            raise BagError(f"bag {self.path}: corrupt data after t={last} ns: {e.__class__.__name__}: {e}") from None
+
+    def _ordered(self, stream: Iterator[tuple[int, str, bytes]]) -> Iterator[BagMessage]:
+        # rosbags yields in timestamp order with ties in file order; we sort each tie group by
+        # topic (stable sort keeps file order within a topic) and number messages per topic.
+        seq: Counter[str] = Counter()
+        group: list[tuple[int, str, bytes]] = []
+        for item in stream:
+            if group and item[0] != group[0][0]:
+                yield from self._emit(group, seq)
+                group = []
+            group.append(item)
+        yield from self._emit(group, seq)
+
+    def _emit(self, group: list[tuple[int, str, bytes]], seq: Counter[str]) -> Iterator[BagMessage]:
+        if len(group) > 1:
+            group.sort(key=lambda g: g[1])
+        for t, topic, raw in group:
+            yield BagMessage(topic, t, self.topics[topic], raw, seq[topic])
+            seq[topic] += 1
+
+    def _from_salvage(self, wanted: set[str], start_ns: int | None, stop_ns: int | None) -> Iterator[BagMessage]:
+        items = [(e[0], e[1], i, k, e[2]) for k, s in enumerate(self._salvaged)
+                 for i, e in enumerate(s.entries) if e[1] in wanted]
+        items.sort(key=lambda x: x[:4])
+        seq: Counter[str] = Counter()
+        for t, topic, _i, k, loc in items:
+            if (start_ns is not None and t < start_ns) or (stop_ns is not None and t >= stop_ns):
+                seq[topic] += 1
+                continue
+            fetch = self._salvaged[k].fetch
+            raw = fetch(loc) if fetch is not None else bytes(loc)
+            yield BagMessage(topic, t, self.topics[topic], raw, seq[topic])
+            seq[topic] += 1
+
+    def decode(self, msg: BagMessage) -> Any:
+        """The message object of a raw message (number arrays are views into its bytes)."""
+        if msg.msgtype not in self.store.types:
+            raise CodecError(f"bag {self.path}: topic {msg.topic}: unknown message type {msg.msgtype!r} "
+                             f"(not in the {self.store_name} type store and the bag carries no definition)")
+        try:
+            return self.store.deserialize_cdr(memoryview(msg.raw_cdr), msg.msgtype)  # zero-copy arrays
+        except Exception as e:
+            raise CodecError(f"bag {self.path}: topic {msg.topic} message {msg.seq} at t={msg.t_ns} ns: "
+                             f"cannot decode {msg.msgtype} from {len(msg.raw_cdr)} bytes: {e}") from None
+
+    @property
+    def store_name(self) -> str:
+        """Name of the base type store (e.g. 'ros2_kilted')."""
+        from .types import STORE_NAME
+        return str(STORE_NAME.value)
+
+    def decoded(self, topics: Iterable[str] | None = None) -> Iterator[tuple[BagMessage, Any]]:
+        """(raw, decoded) pairs; undecodable messages are skipped, counted in `skipped` and warned once per topic."""
+        first: dict[str, str] = {}
+        try:
+            for m in self.messages(topics):
+                try:
+                    yield m, self.decode(m)
+                except CodecError as e:
+                    self.skipped[m.topic] += 1
+                    first.setdefault(m.topic, str(e))
+        finally:
+            for topic, err in first.items():
+                warnings.warn(f"skipped {self.skipped[topic]} undecodable message(s) on {topic}; first: {err}",
+                              BagWarning, stacklevel=2)
+
+    def close(self) -> None:
+        """Release files."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        for s in self._salvaged:
+            if s.closer is not None:
+                try:
+                    s.closer.close()
+                except Exception:  # mmap.close refuses while views exist; the GC closes it later
+                    pass
+        self._salvaged = []
+
+    def __enter__(self) -> "BagReader":
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"BagReader({str(self.path)!r}, {self.storage}, {self.message_count} messages, "
+                f"{len(self.topics)} topics, {self.duration_ns / 1e9:.3f} s)")
