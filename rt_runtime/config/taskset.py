@@ -1,0 +1,240 @@
+"""YAML loading and the ``policy:`` / ``tasks:`` / ``chains:`` part of a configuration.
+
+Every error is a ``ConfigError`` whose message starts with the file, then names the task (or
+chain) and the field, and says what was expected and what was found: the user fixes the file
+without reading a traceback. The rest of a full runtime config (graphs, channels, topics,
+devices) is read by other modules of this package; here those top-level keys are left alone.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ..analysis.chains import Chain
+from ..analysis.schedulability import POLICIES, validate_for_policy
+from ..core.task import Task, TaskError
+from ..core.units import DurationError, parse_duration
+
+# Keys a task may carry. The runtime-only ones configure how jobs run, not when: the analysis skips them.
+DURATION_KEYS = ("period", "min_interarrival", "wcet", "deadline", "blocking", "jitter", "offset")
+POSITIVE_KEYS = ("period", "min_interarrival", "wcet", "deadline")
+TASK_KEYS = ("name", *DURATION_KEYS, "priority", "trigger", "criticality")
+RUNTIME_TASK_KEYS = ("graph", "on_miss", "fallback", "redundancy", "speculate", "inputs", "outputs", "worker",
+                     "publish")
+CHAIN_KEYS = ("name", "tasks")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message starts with the file it came from."""
+
+    def __init__(self, source: str, message: str, *, task: str | None = None, field: str | None = None) -> None:
+        super().__init__(f"{source}: {message}")
+        self.source, self.task, self.field = source, task, field
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        try:
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found key {key!r} twice (first on line {seen[key] + 1})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        except TypeError:
+            pass  # unhashable keys are reported by the base constructor
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file into a dict; ConfigError for a missing file, a syntax error (with line), or a non-mapping."""
+    source = str(path)
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(source, "is a directory, expected a YAML file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(source, f"cannot read: {e}") from None
+    try:
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        what = "; ".join(x for x in (e.context, e.problem) if x)
+        raise ConfigError(source, f"{where}YAML syntax error: {what}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(source, f"YAML syntax error: {e}") from None
+    if doc is None:
+        raise ConfigError(source, "the file is empty, expected a mapping with 'policy:' and 'tasks:'")
+    if not isinstance(doc, dict):
+        raise ConfigError(source, f"expected a mapping with 'policy:' and 'tasks:' at the top level, "
+                                  f"found {type(doc).__name__}")
+    return doc
+
+
+def _suggest(key: str, known: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _duration(source: str, task: str, key: str, value: object) -> int:
+    if isinstance(value, str) and value.strip().startswith("-"):
+        raise ConfigError(source, f"task '{task}': {key}: must not be negative, found {value!r}", task=task, field=key)
+    try:
+        ns = parse_duration(value, what=key)
+    except DurationError as e:
+        raise ConfigError(source, f"task '{task}': {e}", task=task, field=key) from None
+    if ns == 0 and key in POSITIVE_KEYS:
+        raise ConfigError(source, f"task '{task}': {key}: must be positive, found {value!r}", task=task, field=key)
+    return ns
+
+
+def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
+    """One ``tasks:`` entry into a Task (its ``graph`` etc. are left to the runtime config)."""
+    label = f"tasks[{index}]"
+    if not isinstance(entry, Mapping):
+        raise ConfigError(source, f"{label}: expected a mapping with name, period, wcet..., found "
+                                  f"{type(entry).__name__}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(source, f"{label}: name: expected a non-empty string, found {name!r}", field="name")
+    for key in entry:
+        if key not in TASK_KEYS and key not in RUNTIME_TASK_KEYS:
+            raise ConfigError(source, f"task '{name}': {key}: unknown key{_suggest(str(key), TASK_KEYS)}; "
+                                      f"expected one of {', '.join(TASK_KEYS + RUNTIME_TASK_KEYS)}",
+                              task=name, field=str(key))
+    d = {k: _duration(source, name, k, entry[k]) for k in DURATION_KEYS if entry.get(k) is not None}
+
+    def fail(key: str, message: str) -> ConfigError:
+        return ConfigError(source, f"task '{name}': {key}: {message}", task=name, field=key)
+
+    trigger = entry.get("trigger")
+    if trigger is not None and (not isinstance(trigger, str) or not trigger.strip()):
+        raise fail("trigger", f"expected a topic or channel name, found {trigger!r}")
+    if "min_interarrival" in d:
+        if trigger is None:
+            raise fail("min_interarrival", "only for a task with a 'trigger'; a periodic task gives 'period'")
+        if "period" in d:
+            raise fail("min_interarrival", "give either 'period' or 'min_interarrival', not both")
+        d["period"] = d.pop("min_interarrival")
+    if "period" not in d:
+        raise fail("period", "missing" + (" (or min_interarrival, the minimum time between triggering messages)"
+                                          if trigger is not None else ""))
+    if "wcet" not in d:
+        raise fail("wcet", "missing (the worst-case execution time, e.g. \"2ms\")")
+    priority = entry.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise fail("priority", f"expected an integer (a lower number is a higher priority), found {priority!r}")
+    criticality = entry.get("criticality", "medium")
+    if not isinstance(criticality, str):
+        raise fail("criticality", f"expected a string, found {criticality!r}")
+    try:
+        return Task(name=name, period_ns=d["period"], wcet_ns=d["wcet"], deadline_ns=d.get("deadline"),
+                    offset_ns=d.get("offset", 0), priority=priority, jitter_ns=d.get("jitter", 0),
+                    blocking_ns=d.get("blocking"), trigger=trigger, criticality=criticality)
+    except TaskError as e:
+        raise ConfigError(source, str(e), task=e.task, field=e.field) from None
+
+
+def _task_entries(raw: Any, source: str) -> list[Mapping[str, Any]]:
+    """Accept a list of task mappings, or a mapping from task name to its fields."""
+    if isinstance(raw, Mapping):
+        entries = []
+        for name, fields in raw.items():
+            if not isinstance(fields, Mapping):
+                raise ConfigError(source, f"task '{name}': expected a mapping of fields, found {type(fields).__name__}",
+                                  task=str(name))
+            if "name" in fields and fields["name"] != name:
+                raise ConfigError(source, f"task '{name}': name: the key says '{name}' but name says "
+                                          f"{fields['name']!r}", task=str(name), field="name")
+            entries.append({"name": name, **fields})
+        return entries
+    if isinstance(raw, list):
+        return raw
+    raise ConfigError(source, f"tasks: expected a list of tasks, found {type(raw).__name__}", field="tasks")
+
+
+def parse_chains(raw: Any, names: set[str], source: str) -> list[Chain]:
+    """The optional ``chains:`` list of {name, tasks: [task names]}."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError(source, f"chains: expected a list of {{name, tasks}}, found {type(raw).__name__}",
+                          field="chains")
+    chains: list[Chain] = []
+    for i, entry in enumerate(raw):
+        if not isinstance(entry, Mapping):
+            raise ConfigError(source, f"chains[{i}]: expected a mapping with name and tasks, found "
+                                      f"{type(entry).__name__}")
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(source, f"chains[{i}]: name: expected a non-empty string, found {name!r}", field="name")
+        for key in entry:
+            if key not in CHAIN_KEYS:
+                raise ConfigError(source, f"chain '{name}': {key}: unknown key{_suggest(str(key), CHAIN_KEYS)}; "
+                                          f"expected one of {', '.join(CHAIN_KEYS)}", field=str(key))
+        if any(c.name == name for c in chains):
+            raise ConfigError(source, f"chain '{name}': name: two chains have this name", field="name")
+        members = entry.get("tasks")
+        if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+            raise ConfigError(source, f"chain '{name}': tasks: expected a non-empty list of task names, found "
+                                      f"{members!r}", field="tasks")
+        for m in members:
+            if m not in names:
+                raise ConfigError(source, f"chain '{name}': tasks: no task is named '{m}'"
+                                          f"{_suggest(m, tuple(sorted(names)))}", task=m, field="tasks")
+        chains.append(Chain(name, tuple(members)))
+    return chains
+
+
+def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task], list[Chain]]:
+    """Validate ``policy``, ``tasks`` and ``chains`` of a config; return (policy, tasks, chains)."""
+    if not isinstance(doc, Mapping):
+        raise ConfigError(source, f"expected a mapping at the top level, found {type(doc).__name__}")
+    policy = doc.get("policy")
+    if policy is None:
+        raise ConfigError(source, f"policy: missing; expected one of {', '.join(POLICIES)}", field="policy")
+    if not isinstance(policy, str) or policy.strip().lower() not in POLICIES:
+        raise ConfigError(source, f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}",
+                          field="policy")
+    policy = policy.strip().lower()
+    if doc.get("tasks") is None:
+        raise ConfigError(source, "tasks: missing; expected a list of tasks with name, period, wcet", field="tasks")
+    entries = _task_entries(doc["tasks"], source)
+    if not entries:
+        raise ConfigError(source, "tasks: the list is empty", field="tasks")
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        task = parse_task(entry, source, i)
+        if task.name in seen:
+            raise ConfigError(source, f"task '{task.name}': name: duplicate task name (tasks[{seen[task.name]}] "
+                                      f"and tasks[{i}])", task=task.name, field="name")
+        seen[task.name] = i
+        tasks.append(task)
+    try:
+        validate_for_policy(tasks, policy)
+    except TaskError as e:
+        msg = str(e) if f"policy {policy}" in str(e) else f"{e} (policy {policy})"
+        raise ConfigError(source, msg, task=e.task, field=e.field) from None
+    chains = parse_chains(doc.get("chains"), set(seen), source)
+    return policy, tasks, chains
+
+
+def load_taskset(path: str | Path) -> tuple[str, list[Task], list[Chain]]:
+    """``load_yaml`` then ``parse_taskset``."""
+    return parse_taskset(load_yaml(path), str(path))
