@@ -16,6 +16,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["rt_runtime", "rt_runtime.*", "pipelines", "pipelines.*"]),
+    package_data={"pipelines": ["models/*.pt", "models/README.md"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),

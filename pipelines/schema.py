@@ -2,7 +2,8 @@
 
 Every variable-size set is a fixed-capacity tensor (the static memory plan reserves the bound)
 plus a count: rows past the count are garbage and must never be read. Frames: LiDAR and radar
-points and detections are in the vehicle frame ``base_link`` (x forward, y left, z up);
+points arrive in their sensor's frame (the graph is given the sensor's mount in ``base_link``);
+detections are in the vehicle frame ``base_link`` (x forward, y left, z up);
 tracks, predictions and trajectories are in the fixed ``map`` frame of the odometry.
 """
 from __future__ import annotations
@@ -94,3 +95,36 @@ def count(name: str) -> TensorSpec:
 def flag(name: str) -> TensorSpec:
     """A one-element status word (e.g. 0 nominal, 1 minimal-risk)."""
     return TensorSpec(name, (1,), "int32")
+
+
+# ---- fusion, tracking and planning (added with pipelines/fusion.py .. planning.py) ------------
+MAX_FUSED = MAX_BOXES + MAX_RADAR_OBJECTS   # fused objects: every LiDAR box plus radar-only clusters
+MAX_ROUTE = 512                             # reference centerline vertices
+# Fused objects, base_link. vr: radar range rate (m/s, + receding) when has_vr; cls: index into
+# CLASSES; src: bit mask of the sensors that saw it (1 LiDAR, 2 radar, 4 camera).
+FUSED_COLS = ("x", "y", "z", "l", "w", "h", "yaw", "score", "cls", "vr", "has_vr", "src")
+
+
+def fused_objects(name: str = "fused") -> TensorSpec:
+    """Object-level fusion of LiDAR, radar and camera: FUSED_COLS rows in base_link."""
+    return TensorSpec(name, (MAX_FUSED, len(FUSED_COLS)), "float32")
+
+
+def track_hits(name: str = "track_hits") -> TensorSpec:
+    """Associated detections per track since birth (a track is confirmed at M hits)."""
+    return TensorSpec(name, (MAX_TRACKS,), "int32")
+
+
+def route(name: str = "route") -> TensorSpec:
+    """Reference centerline polyline (x, y) in the map frame, with a separate count."""
+    return TensorSpec(name, (f"K<={MAX_ROUTE}", 2), "float32")
+
+
+def timestamp(name: str) -> TensorSpec:
+    """One time in seconds (float64, the odometry's clock)."""
+    return TensorSpec(name, (1,), "float64")
+
+
+def scalar(name: str) -> TensorSpec:
+    """One float32 value (e.g. a cost)."""
+    return TensorSpec(name, (1,), "float32")

@@ -1,0 +1,153 @@
+"""Camera 2D object detection as an rt_runtime graph: a small CenterNet on a downscaled frame.
+
+Three ops:
+
+1. ``camera_preprocess``: the uint8 HWC frame is box-filtered by ``downscale`` (an exact area
+   average: the frame viewed as blocks, one ``mean`` into a planned buffer) and written as
+   normalised float NCHW into the net's input view.
+2. ``camera_net``: a small conv net (stride-2 stem, stride-4/8/16 stages, the deeper features
+   upsampled back onto stride 4) with CenterNet heads: per-class centre heatmaps (logits), box size
+   (log of width and height in output cells) and sub-cell centre offset. Torch convolutions have no
+   ``out=``, so this op copies the net's result into its planned view (one copy of a small map).
+3. ``camera_decode``: centre peaks are the heatmap cells equal to their 3x3 max-pool (NMS without
+   sorting boxes), the ``MAX_CAMERA_BOXES`` best scores across classes are taken with one
+   ``topk``, and each becomes a box ``u1, v1, u2, v2`` in the full frame's pixels, score and class
+   (an index into ``schema.CLASSES``). Boxes under ``score_threshold`` are not counted.
+
+The weights come from ``pipelines/train_camera.py`` (see ``pipelines/models/README.md``).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rt_runtime import Graph, Op, TensorSpec
+from pipelines import schema
+from pipelines.lidar import on_device
+
+WEIGHTS = Path(__file__).parent / "models" / "camera_centernet.pt"
+NUM_CLASSES = len(schema.CLASSES)
+HEAD_CHANNELS = NUM_CLASSES + 4  # heatmap logits, log w, log h, offset u, offset v
+MEAN = (0.45, 0.45, 0.45)
+STD = (0.25, 0.25, 0.25)
+
+
+def _conv(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class CenterNet(nn.Module):
+    """A 0.2 M-parameter CenterNet: output stride 4, heads = heatmap logits, log size, offset."""
+
+    stride = 4
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        w = width
+        self.s4 = nn.Sequential(_conv(3, w // 2, 2), _conv(w // 2, w, 2), _conv(w, w))
+        self.s8 = nn.Sequential(_conv(w, 2 * w, 2), _conv(2 * w, 2 * w))
+        self.s16 = nn.Sequential(_conv(2 * w, 2 * w, 2), _conv(2 * w, 2 * w), _conv(2 * w, 2 * w))
+        self.lat8 = nn.Conv2d(2 * w, w, 1)
+        self.lat16 = nn.Conv2d(2 * w, w, 1)
+        self.fuse = _conv(w, w)
+        self.heat = nn.Sequential(_conv(w, w), nn.Conv2d(w, NUM_CLASSES, 1))
+        self.box = nn.Sequential(_conv(w, w), nn.Conv2d(w, 4, 1))
+        self.heat[-1].bias.data.fill_(-2.19)  # CenterNet's prior: sigmoid = 0.1 at the start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) normalised image → (B, HEAD_CHANNELS, H/4, W/4)."""
+        f4 = self.s4(x)
+        f8 = self.s8(f4)
+        f16 = self.s16(f8)
+        up = F.interpolate(self.lat16(f16), size=f8.shape[-2:], mode="nearest") + self.lat8(f8)
+        f = self.fuse(F.interpolate(up, size=f4.shape[-2:], mode="nearest") + f4)
+        return torch.cat([self.heat(f), self.box(f)], 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class CameraParams:
+    """Frame size and detector settings."""
+
+    height: int = 384
+    width: int = 640
+    downscale: int = 4             # 640x384 → 160x96 net input, 40x24 heatmap
+    score_threshold: float = 0.3
+    weights: str | None = str(WEIGHTS)  # None: untrained net (shapes and timing only)
+
+
+def load_net(path: str | None, device: str = "cpu") -> CenterNet:
+    """The detector in eval mode on ``device``, with trained weights unless ``path`` is None."""
+    net = CenterNet()
+    if path is not None:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        net.load_state_dict({k: v.float() for k, v in state.items()})
+    return net.to(device).eval()
+
+
+def preprocess_into(image: torch.Tensor, out: torch.Tensor, block: torch.Tensor, k: int,
+                    mean: torch.Tensor, inv_std: torch.Tensor) -> None:
+    """uint8 (H, W, 3) → normalised float (1, 3, H/k, W/k) in ``out``, via ``block`` (H/k, W/k, 3)."""
+    h, w = block.shape[0], block.shape[1]
+    torch.mean(image.view(h, k, w, k, 3), dim=(1, 3), dtype=torch.float32, out=block)
+    # out is contiguous NCHW; the permuted HWC view lets one kernel write it without a transpose copy.
+    hwc = out[0].permute(1, 2, 0)
+    torch.sub(block, mean, out=hwc)
+    hwc.mul_(inv_std)
+
+
+def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, scale: float,
+                threshold: float) -> None:
+    """CenterNet decoding: 3x3 max-pool peaks, top-k over classes and cells, boxes in frame pixels."""
+    heat = torch.sigmoid(maps[0, :NUM_CLASSES])
+    hh, ww = heat.shape[-2:]
+    peak = heat * (F.max_pool2d(heat[None], 3, 1, 1)[0] == heat)
+    score, idx = torch.topk(peak.view(-1), boxes.shape[0])
+    cls, cell = idx // (hh * ww), idx % (hh * ww)
+    reg = maps[0, NUM_CLASSES:].reshape(4, -1)[:, cell]              # (4, K): log w, log h, du, dv
+    cu = (cell % ww).float() + 0.5 + reg[2]
+    cv = (cell // ww).float() + 0.5 + reg[3]
+    half_w, half_h = reg[0].exp() / 2, reg[1].exp() / 2
+    torch.stack([(cu - half_w) * scale, (cv - half_h) * scale, (cu + half_w) * scale, (cv + half_h) * scale,
+                 score, cls.float()], 1, out=boxes)
+    keep = score >= threshold
+    boxes.mul_(keep.unsqueeze(1))
+    count.copy_(keep.sum().view(1))
+
+
+def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
+    """The camera detector: ``image`` (H, W, 3) uint8 → ``camera_boxes`` (MAX_CAMERA_BOXES, 6) + count."""
+    p = CameraParams(**params)  # type: ignore[arg-type]
+    k = p.downscale
+    if p.height % (4 * k) or p.width % (4 * k):
+        raise ValueError(f"camera: frame {p.width}x{p.height} must be a multiple of {4 * k} (downscale x stride)")
+    h, w = p.height // k, p.width // k
+    img = on_device(schema.image(height=p.height, width=p.width), device)
+    x_spec = TensorSpec("camera_input", (1, 3, h, w), "float32", device, layout="NCHW")
+    block_spec = TensorSpec("camera_block", (h, w, 3), "float32", device)
+    maps_spec = TensorSpec("camera_maps", (1, HEAD_CHANNELS, h // 4, w // 4), "float32", device, layout="NCHW")
+    boxes_spec = on_device(schema.camera_boxes(), device)
+    count_spec = on_device(schema.count("camera_box_count"), device)
+    mean = torch.tensor(MEAN, device=device) * 255
+    inv_std = 1.0 / (torch.tensor(STD, device=device) * 255)
+    net = load_net(p.weights, device)
+
+    def preprocess(image: torch.Tensor, x: torch.Tensor, block: torch.Tensor) -> None:
+        preprocess_into(image, x, block, k, mean, inv_std)
+
+    def run_net(x: torch.Tensor, maps: torch.Tensor) -> None:
+        with torch.inference_mode():
+            maps.copy_(net(x))  # conv has no out=: one copy of the (small) head maps into the planned view
+
+    def decode(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor) -> None:
+        decode_into(maps, boxes, count, float(k * CenterNet.stride), p.score_threshold)
+
+    ops = [
+        Op("camera_preprocess", preprocess, (img,), (x_spec,), workspace=(block_spec,), capturable=True, cost_us=500),
+        Op("camera_net", run_net, (x_spec,), (maps_spec,), capturable=True, cost_us=8000),
+        Op("camera_decode", decode, (maps_spec,), (boxes_spec, count_spec), capturable=True, cost_us=300),
+    ]
+    return Graph("camera", ops, inputs=[img], outputs=["camera_boxes", "camera_box_count"])
