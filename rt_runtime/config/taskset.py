@@ -22,7 +22,8 @@ from ..core.units import DurationError, parse_duration
 DURATION_KEYS = ("period", "min_interarrival", "wcet", "deadline", "blocking", "jitter", "offset")
 POSITIVE_KEYS = ("period", "min_interarrival", "wcet", "deadline")
 TASK_KEYS = ("name", *DURATION_KEYS, "priority", "trigger", "criticality")
-RUNTIME_TASK_KEYS = ("graph", "on_miss", "fallback", "redundancy", "speculate", "inputs", "outputs", "worker",
+RUNTIME_TASK_KEYS = ("graph", "args", "on_miss", "on_overrun", "fallback", "fallback_args", "group",
+                     "recover_after", "initial", "redundancy", "speculate", "inputs", "outputs", "worker",
                      "publish")
 CHAIN_KEYS = ("name", "tasks")
 

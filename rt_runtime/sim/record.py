@@ -31,7 +31,10 @@ TOPICS: dict[str, str] = {
     "/tf": "tf2_msgs/msg/TFMessage",
     "/tf_static": "tf2_msgs/msg/TFMessage",
     "/ground_truth/objects": GROUND_TRUTH_OBJECTS,
+    "/planning/route": "nav_msgs/msg/Path",
 }
+ROUTE_POINTS = 512  # the reference line, sampled evenly (the planner's route capacity)
+ROUTE_RATE_HZ = 1.0
 _CAMERA, _LIDAR, _RADAR = 1, 2, 3  # noise stream ids
 
 
@@ -157,6 +160,8 @@ def messages(scenario: Scenario, traj: Trajectory, rig: Rig, seed: int, seconds:
         events.append((_ns(k * DT + 1.0 / rig.lidar.rate_hz + rig.lidar.latency_s), "/sensing/lidar/points", k))
     for k in _frames(rig.gt_rate_hz, seconds):
         events.append((_ns(k * DT), "/ground_truth/objects", k))
+    for k in _frames(ROUTE_RATE_HZ, seconds):
+        events.append((_ns(k * DT), "/planning/route", k))
     events.sort()
     heavy = {"/sensing/camera/image_raw": _CAMERA, "/sensing/lidar/points": _LIDAR, "/sensing/radar/points": _RADAR}
     jobs = [(heavy[topic], k) for _, topic, k in events if topic in heavy]
@@ -170,7 +175,8 @@ def messages(scenario: Scenario, traj: Trajectory, rig: Rig, seed: int, seconds:
         frames = (_frame(ctx, kind, k) for kind, k in jobs)
     try:
         for log_ns, topic, k in events:
-            yield log_ns, topic, _message(topic, k, _ns(k * DT), traj, rig, frames if topic in heavy else None)
+            yield log_ns, topic, _message(topic, k, _ns(k * DT), traj, rig, frames if topic in heavy else None,
+                                          scenario.road)
             if progress is not None:
                 progress(k * DT)
     finally:
@@ -179,7 +185,18 @@ def messages(scenario: Scenario, traj: Trajectory, rig: Rig, seed: int, seconds:
             _CTX = None
 
 
-def _message(topic: str, k: int, stamp: int, traj: Trajectory, rig: Rig, frames: Iterator[np.ndarray] | None) -> Any:
+def route(road: Any, stamp: int) -> Any:
+    """The road's reference line as a nav_msgs/Path in the map frame (what the planner follows)."""
+    s = np.linspace(0.0, road.length, ROUTE_POINTS)
+    x, y, h = road.pose(s)
+    PoseStamped, Pose = msg_class("geometry_msgs/msg/PoseStamped"), msg_class("geometry_msgs/msg/Pose")
+    poses = [PoseStamped(header=header(stamp, "map"), pose=Pose(position=msg_class("geometry_msgs/msg/Point")(
+        x=float(xi), y=float(yi), z=0.0), orientation=quaternion_from_yaw(float(hi)))) for xi, yi, hi in zip(x, y, h)]
+    return msg_class("nav_msgs/msg/Path")(header=header(stamp, "map"), poses=poses)
+
+
+def _message(topic: str, k: int, stamp: int, traj: Trajectory, rig: Rig, frames: Iterator[np.ndarray] | None,
+             road: Any = None) -> Any:
     if frames is not None:
         arr = next(frames)
         if topic == "/sensing/camera/image_raw":
@@ -197,6 +214,8 @@ def _message(topic: str, k: int, stamp: int, traj: Trajectory, rig: Rig, frames:
         return msg_class("tf2_msgs/msg/TFMessage")(transforms=[_transform(stamp, "map", "base_link", xyz, q)])
     if topic == "/sensing/camera/camera_info":
         return camera_info(rig, stamp)
+    if topic == "/planning/route":
+        return route(road, stamp)
     vel = np.column_stack([traj.vx[k, 1:], traj.vy[k, 1:], np.zeros(len(traj.ids) - 1)])
     return objects_to_msg(Objects(stamp, "map", traj.ids[1:], traj.classes[1:], traj.boxes(k), vel))
 

@@ -1,0 +1,335 @@
+"""Sampling-based trajectory planning in the Frenet frame, with a minimal-risk stop as fallback.
+
+The reference line is the ``route`` polyline (map frame, lanes at lateral offsets ``RoadLayout``);
+the ego pose is projected onto it as (s0, d0) with velocities ``s' = v cos(dpsi)``,
+``d' = v sin(dpsi)``; the initial acceleration a0 is the previous plan's where the ego now is
+(``last_trajectory``, fed back like the tracker's state), so consecutive plans chain. Candidates
+are the grid lateral target x target speed x manoeuvre time (default 7 x 6 x 3 = 126), built and
+scored at once:
+
+* lateral: quintic ``d(t)`` from (d0, d'0, 0) to (d1, 0, 0) at T; longitudinal: quartic ``s(t)``
+  from (s0, s'0, a0) to speed v1 with zero acceleration at T (velocity keeping); both held
+  afterwards. Sampled at TRAJ_POINTS times ``k DT_S`` and mapped back to x, y, yaw = lane heading
+  + atan2(d', s' (1 - kappa d)), v = hypot(s' (1 - kappa d), d').
+* hard limits: acceleration in [-max_decel, max_accel], |d''| <= max_lat_accel, |jerk| <=
+  max_jerk on both axes, no reversing, no sideways motion without forward motion, no leaving the
+  lanes open to our direction (further than at the start).
+* overlap (hard): ego and obstacles are covered by three circles along their headings; the
+  distances of all candidates x all obstacles x all time steps are one batched ``cdist`` per time
+  step. Obstacles are the confirmed tracks now and their predictions, plus a braking tail after
+  the horizon (the obstacle brakes at ``other_decel``, the ego at ``tail_decel``), so no plan ends
+  where a collision is unavoidable. Closer than ``safety_margin`` rejects a candidate.
+* following distance (RSS, in the lane frame: along s, across d): to every road user ahead in the
+  ego's corridor, ``v rho + v^2 / 2 tail_decel - v_lead^2 / 2 other_decel + standstill``; its
+  squared shortfall is a cost at every step, and a shortfall that grows beyond ``rss_from_s``
+  rejects the candidate. tail_decel is the minimal-risk stop's, so the fallback stays safe.
+* costs: jerk, lane keeping (offset from the nearest lane centre), lane change, clearance
+  ``sum max(0, 1 - gap / 3 sigma)^2``, speed tracking towards what the candidate's lane allows (its slowest
+  road user ahead: the plan queues behind a slower leader) and, with ``w_lead`` > 0, that lane's
+  own speed deficit (the incentive to overtake).
+
+The cheapest admissible candidate is the plan (``plan_status`` 0). When none is, the plan is the
+minimal-risk stop (``plan_status`` 1): the same op ``build_minimal_risk_graph`` runs for the
+watchdog's degrade reaction — keep the current lateral offset on the route (or the current
+heading when there is no route) and brake at ``mrm_decel`` to a standstill.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from rt_runtime import Graph, Op, TensorSpec
+from pipelines import schema
+from pipelines.geometry import (RoadLayout, curvature, from_frenet, on_device, poly_eval, polyline, quartic, quintic,
+                                to_frenet, valid_mask)
+
+O = {c: i for i, c in enumerate(schema.ODOM_COLS)}
+TR = {c: i for i, c in enumerate(schema.TRACK_COLS)}
+N = schema.TRAJ_POINTS
+CAND_COLS = 6  # x, y, yaw, v (map frame) and s, d (Frenet) of every candidate sample
+
+
+@dataclass(frozen=True)
+class PlannerParams:
+    """Candidate grid, vehicle limits and cost weights (SI units)."""
+
+    road: RoadLayout = field(default_factory=RoadLayout)
+    target_speed: float = 13.9
+    n_offsets: int = 7
+    speed_fractions: tuple[float, ...] = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)   # of target_speed
+    horizons: tuple[float, ...] = (2.0, 3.0, 4.0)                         # manoeuvre times, s
+    ego_length: float = 4.6
+    ego_width: float = 1.9
+    safety_margin: float = 0.3
+    max_accel: float = 3.0
+    max_decel: float = 6.0
+    max_lat_accel: float = 3.0
+    max_jerk: float = 15.0
+    mrm_decel: float = 3.5
+    tail_decel: float = 3.5          # ego braking assumed by RSS and the tail: the minimal-risk stop's
+    other_decel: float = 6.0         # obstacle braking assumed after the horizon
+    tail_steps: int = 4
+    w_jerk: float = 0.02
+    w_lane: float = 1.0
+    w_change: float = 1.5             # per lane width: above the cost of stopping, so the default queues
+    w_speed: float = 2.0
+    w_clear: float = 1.0
+    clear_sigma: float = 0.5          # m: the clearance cost fades out at 3 sigma
+    w_lead: float = 0.0              # > 0: a lane whose leader is slow costs (overtaking); 0: queue
+    w_rss: float = 1.0               # following-distance deficit (RSS), squared, per step
+    rss_from_s: float = 1.0          # from then on a growing deficit rejects the candidate
+    rss_response: float = 0.3        # s: reaction time in the safe following distance
+    rss_standstill: float = 2.0      # m: gap kept at a standstill
+    lead_range: float = 50.0         # m ahead of a candidate's end in which a leader counts
+
+    @property
+    def n_candidates(self) -> int:
+        """Lateral targets x speeds x manoeuvre times."""
+        return self.n_offsets * len(self.speed_fractions) * len(self.horizons)
+
+
+def _circles(length: torch.Tensor, width: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three circles covering a length x width box: centre offsets (..., 3) along heading, radius."""
+    k = torch.arange(-1, 2, device=length.device, dtype=length.dtype)
+    return length[..., None] / 3 * k, torch.sqrt((length / 6) ** 2 + (width / 2) ** 2)
+
+
+def _ego_frenet(odom: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor):  # noqa: ANN202
+    pl = polyline(route, route_count, fallback_pose=odom)
+    xy = odom[O["x"]:O["y"] + 1].float()[None]
+    s0, d0, psi = to_frenet(pl, xy)
+    dpsi = odom[O["yaw"]].float() - psi[0]
+    v = odom[O["vx"]].float().clamp(min=0.0)
+    return pl, s0[0], d0[0], v * torch.cos(dpsi), v * torch.sin(dpsi), v
+
+
+def minimal_risk_op(device: str = "cpu", params: PlannerParams | None = None, out: str = "trajectory") -> Op:
+    """The minimal-risk stop: brake at ``mrm_decel`` along the route at the current offset."""
+    p = params or PlannerParams()
+    dev = torch.device(device)
+    t = torch.arange(N, dtype=torch.float32, device=dev) * schema.DT_S
+    ins = tuple(on_device(s, device) for s in (schema.odometry(), schema.route(), schema.count("route_count")))
+
+    def stop(odom: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor, traj: torch.Tensor) -> None:
+        pl, s0, d0, _, _, v0 = _ego_frenet(odom, route, route_count)
+        tc = torch.minimum(t, v0 / p.mrm_decel)
+        travelled = v0 * tc - 0.5 * p.mrm_decel * tc ** 2                   # along our lane, at offset d0
+        # Arc length on the reference advances by 1 / (1 - kappa d0) per metre driven at offset d0.
+        stretch = 1.0 / (1.0 - curvature(pl, s0 + travelled) * d0).clamp(min=0.2)
+        s = s0 + torch.cat((travelled[:1], torch.diff(travelled) * stretch[1:])).cumsum(0)
+        x, y, h = from_frenet(pl, s, d0.expand_as(s))
+        torch.stack((x, y, h, (v0 - p.mrm_decel * t).clamp(min=0.0), t), dim=1, out=traj)
+
+    return Op("minimal_risk", stop, ins, (on_device(schema.trajectory(out), device),), capturable=True, cost_us=100.0)
+
+
+def initial_accel(last: torch.Tensor, odom: torch.Tensor, p: PlannerParams) -> torch.Tensor:
+    """The acceleration the last plan commands where the ego now is (0 without one): plans chain smoothly.
+
+    Odometry carries no acceleration; restarting every plan at zero acceleration would undo each
+    braking manoeuvre after one cycle, so the plan continues from the previous plan's point nearest
+    to the ego (within 1 m; a zeroed trajectory has t[1] = 0 and counts as none).
+    """
+    dist = (last[:, :2] - odom[O["x"]:O["y"] + 1].float()).norm(dim=1)
+    i = dist[:-1].argmin()
+    a = (last[i + 1, 3] - last[i, 3]) / schema.DT_S
+    ok = (dist[i] < 1.0) & (last[1, 4] > 0)
+    return torch.where(ok, a, 0.0).clamp(-p.max_decel, p.max_accel)
+
+
+def _candidates_op(p: PlannerParams, device: str) -> Op:
+    dev = torch.device(device)
+    road = p.road
+    allowed = torch.tensor([c for c, d in zip(road.centers, road.directions) if d > 0], device=dev)
+    lo, hi = float(allowed.min()), float(allowed.max())
+    offsets = (torch.linspace(lo, hi, p.n_offsets, device=dev) if hi > lo else
+               torch.linspace(lo - 0.3 * road.lane_width, lo + 0.3 * road.lane_width, p.n_offsets, device=dev))
+    d_lo, d_hi = lo - road.lane_width / 2 + p.ego_width / 2, hi + road.lane_width / 2 - p.ego_width / 2
+    speeds = torch.tensor(p.speed_fractions, device=dev) * p.target_speed
+    g = torch.meshgrid(offsets, speeds, torch.tensor(p.horizons, device=dev), indexing="ij")
+    d1, v1, tm = (x.reshape(-1) for x in g)
+    t = torch.arange(N, dtype=torch.float32, device=dev) * schema.DT_S
+    frac = torch.arange(1, p.tail_steps + 1, dtype=torch.float32, device=dev) / p.tail_steps
+    c = p.n_candidates
+    ins = tuple(on_device(s, device) for s in (schema.odometry(), schema.route(), schema.count("route_count"),
+                                               schema.trajectory("last_trajectory")))
+    outs = (TensorSpec("candidates", (c, N + p.tail_steps, CAND_COLS), "float32", ins[0].device),
+            TensorSpec("candidate_cost", (c,), "float32", ins[0].device))
+
+    def build(odom: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor, last: torch.Tensor,
+              cand: torch.Tensor, cost: torch.Tensor) -> None:
+        pl, s0, d0, vs0, vd0, _ = _ego_frenet(odom, route, route_count)
+        z = torch.zeros_like(d1)
+        d, dd, ddd, dddd = poly_eval(quintic(d0 + z, vd0 + z, z, d1, z, z, tm), t, tm)
+        a0 = initial_accel(last, odom, p)
+        s, ds, dds, ddds = poly_eval(quartic(s0 + z, vs0 + z, a0 + z, v1, z, tm), t, tm)
+        excess = torch.maximum(d - d_hi, d_lo - d).clamp(min=0.0)
+        ok = ((dds >= -p.max_decel) & (dds <= p.max_accel) & (ds >= -0.1) & (ddd.abs() <= p.max_lat_accel)
+              & (ddds.abs() <= p.max_jerk) & (dddd.abs() <= p.max_jerk)
+              & (dd.abs() <= 0.6 * ds.clamp(min=0.0) + 0.3) & (excess <= excess[:, :1] + 1e-3)).all(dim=1)
+        lane_err = (d1[:, None] - allowed[None, :]).abs().min(dim=1).values
+        own = allowed[(d0 - allowed).abs().argmin()]
+        j = p.w_jerk * (ddds ** 2 + dddd ** 2).mean(dim=1) + p.w_lane * lane_err ** 2 \
+            + p.w_change * (d1 - own).abs() / road.lane_width
+        cost.copy_(torch.where(ok, j, math.inf))
+        # Braking tail after the horizon: straight on along the lane at the final offset.
+        v_end = ds[:, -1].clamp(min=0.0)
+        s_tail = s[:, -1:] + frac[None, :] * (v_end ** 2 / (2 * p.tail_decel))[:, None]
+        ss, dl = torch.cat((s, s_tail), 1), torch.cat((d, d[:, -1:].expand_as(s_tail)), 1)
+        x, y, h = from_frenet(pl, ss, dl)
+        # Speed along the driven curve: the reference's rate scaled by 1 - kappa d, plus the lateral rate.
+        ds_lane = ds * (1.0 - curvature(pl, s) * d)
+        yaw = h[:, :N] + torch.atan2(dd, ds_lane.clamp(min=0.01))
+        speed = torch.hypot(ds_lane, dd)
+        cand.copy_(torch.stack((x, y, torch.cat((yaw, h[:, N:]), 1), torch.cat((speed, 0 * s_tail), 1), ss, dl), -1))
+
+    return Op("frenet_candidates", build, ins, outs, capturable=True, cost_us=1500.0)
+
+
+def _clearance_op(p: PlannerParams, device: str) -> Op:
+    dv = "cuda" if device.startswith("cuda") else "cpu"
+    dev = torch.device(device)
+    c, e = p.n_candidates, p.tail_steps
+    frac = torch.arange(1, e + 1, dtype=torch.float32, device=dev) / e
+    ego_off, ego_r = _circles(torch.tensor(p.ego_length, device=dev), torch.tensor(p.ego_width, device=dev))
+    ins = (TensorSpec("candidates", (c, N + e, CAND_COLS), "float32", dv),
+           TensorSpec("candidate_cost", (c,), "float32", dv),
+           *(on_device(s, device) for s in (schema.tracks(), schema.predictions(), schema.count("confirmed_count"),
+                                            schema.odometry(), schema.route(), schema.count("route_count"))))
+    outs = (TensorSpec("candidate_total", (c,), "float32", dv),)
+    on_cpu = dv == "cpu"
+    k_rss = min(N - 1, round(p.rss_from_s / schema.DT_S))
+    vt = max(p.target_speed, 0.1)
+    half_lane = p.road.lane_width / 2
+
+    def clearance(cand: torch.Tensor, base: torch.Tensor, tracks: torch.Tensor, pred: torch.Tensor, n: torch.Tensor,
+                  odom: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor, total: torch.Tensor) -> None:
+        origin = odom[O["x"]:O["y"] + 1].float()            # centre coordinates: cdist stays precise
+        if on_cpu:  # reading the count costs nothing on the host; on CUDA all slots stay (capturable)
+            m = int(n[0])
+            tracks, pred = tracks[:m], pred[:m]
+        live = valid_mask(n, tracks.shape[0])
+        path = torch.cat((tracks[:, None, TR["x"]:TR["y"] + 1], pred), 1)                 # (M, N, 2) map
+        step = path[:, 1:] - path[:, :-1]
+        speed = step.norm(dim=-1) / schema.DT_S
+        # Heading of motion; a standing object keeps its box's yaw.
+        head = torch.where(speed > 0.5, torch.atan2(step[..., 1], step[..., 0]), tracks[:, TR["yaw"], None])
+        head, speed = torch.cat((head[:, :1], head), 1), torch.cat((speed[:, :1], speed), 1)   # (M, N)
+        # Obstacles in the lane frame: who is ahead of whom, and in which lane, follows the road.
+        # Project the positions now by full search, the predicted ones near where the lane speed
+        # puts them (a window of segments, not the whole route).
+        pl = polyline(route, route_count, odom)
+        s_now, d_now, h_now = to_frenet(pl, path[:, 0])
+        v_s = speed[:, :1] * torch.cos(head[:, :1] - h_now[:, None])
+        guess = s_now[:, None] + v_s * torch.arange(N, device=path.device) * schema.DT_S
+        so, do, lane_h = (x.view(path.shape[:2]) for x in to_frenet(pl, path.reshape(-1, 2), guess.reshape(-1)))
+        dpsi = head - lane_h
+        ln, wd = tracks[:, TR["l"], None], tracks[:, TR["w"], None]
+        half_len = 0.5 * (ln * torch.cos(dpsi).abs() + wd * torch.sin(dpsi).abs())
+        half_wid = 0.5 * (ln * torch.sin(dpsi).abs() + wd * torch.cos(dpsi).abs())
+        v_lane = (speed * torch.cos(dpsi)).clamp(min=0.0)                                   # (M, N)
+
+        # 1. Overlap: three circles each, all candidates x obstacles x steps, one cdist per step.
+        # After the horizon a braking tail: the obstacle brakes hard, the ego at tail_decel.
+        tail = path[:, -1:] + (frac[None, :, None] * (speed[:, -1] ** 2 / (2 * p.other_decel))[:, None, None]
+                               * torch.stack((torch.cos(head[:, -1]), torch.sin(head[:, -1])), -1)[:, None])
+        ob_xy, ob_h = torch.cat((path, tail), 1) - origin, torch.cat((head, head[:, -1:].expand(-1, e)), 1)
+        off, r_obs = _circles(tracks[:, TR["l"]].clamp(min=0.3), tracks[:, TR["w"]].clamp(min=0.3))
+        ob = ob_xy[:, :, None] + off[:, None, :, None] * torch.stack((torch.cos(ob_h), torch.sin(ob_h)), -1)[:, :, None]
+        eg = cand[..., None, :2] - origin + ego_off[:, None] * torch.stack(
+            (torch.cos(cand[..., 2]), torch.sin(cand[..., 2])), -1)[..., None, :]         # (C, T, 3, 2)
+        steps = cand.shape[1]
+        # The matmul form is exact enough: coordinates are ego-centred (|x| < ~200 m).
+        dist = torch.cdist(eg.permute(1, 2, 0, 3).reshape(steps, -1, 2), ob.permute(1, 2, 0, 3).reshape(steps, -1, 2),
+                           compute_mode="use_mm_for_euclid_dist").view(steps, 3, c, 3, -1)
+        near = torch.minimum(torch.minimum(dist[:, 0], dist[:, 1]), dist[:, 2])             # (T, C, 3, M)
+        near = torch.minimum(torch.minimum(near[:, :, 0], near[:, :, 1]), near[:, :, 2])    # (T, C, M)
+        gap = torch.where(live, near - ego_r - r_obs, math.inf)
+        collide = (gap < p.safety_margin).any(dim=2).any(dim=0)
+        risk = ((1.0 - gap / (3 * p.clear_sigma)).clamp(min=0.0) ** 2).sum(dim=(0, 2)) / steps   # a bump, no exp
+
+        # 2. RSS following distance to whoever is ahead in the corridor, every step (C, N, M):
+        # v rho + v^2 / 2 a_ego - v_lead^2 / 2 a_lead + standstill gap, against the bumper gap.
+        se, de, v = cand[:, :N, 4:5], cand[:, :N, 5:6], cand[:, :N, 3:4]
+        along = so.T[None] - se
+        bumper = along - p.ego_length / 2 - half_len.T[None]
+        ahead = live & (along > 0) & ((do.T[None] - de).abs() < p.ego_width / 2 + half_wid.T[None] + 0.3)
+        need = v * p.rss_response + v ** 2 / (2 * p.tail_decel) - v_lane.T[None] ** 2 / (2 * p.other_decel) \
+            + p.rss_standstill
+        short = torch.where(ahead, (need - bumper).clamp(min=0.0), 0.0)
+        rss = (short ** 2).sum(dim=(1, 2)) / N
+        # Hard from rss_from_s on, but only where worse than now: what is short already (a cut-in,
+        # a standstill close behind) cannot be undone and must not force the fallback.
+        unsafe = (short[:, k_rss:] > short[:, :1] + 0.1).flatten(1).any(dim=1)
+
+        # 3. Speed tracking aims at what the lane a candidate ends in allows: its slowest road user
+        # ahead of the ego and within lead_range past the candidate's end (queue behind a slower
+        # leader); w_lead prices that lane's deficit, the incentive to overtake.
+        s_end, d_end = cand[:, N - 1, 4:5], cand[:, N - 1, 5:6]
+        lead = live & (so[:, -1] > cand[:, :1, 4]) & (so[:, -1] < s_end + p.lead_range) \
+            & ((do[:, -1] - d_end).abs() < half_lane)
+        v_ref = torch.where(lead, v_lane[:, -1].clamp(max=vt), vt).amin(dim=1).clamp(max=vt) if lead.shape[1] \
+            else torch.full((c,), vt, device=cand.device)
+        vc = cand[:, :N, 3]
+        speed_cost = p.w_speed * (((vc[:, -1] - v_ref) / vt) ** 2 + (((vc - v_ref[:, None]) / vt) ** 2).mean(dim=1))
+        total.copy_(torch.where(collide | unsafe, math.inf, base + speed_cost + p.w_clear * risk
+                                + p.w_lead * ((vt - v_ref) / vt) ** 2 + p.w_rss * rss))
+
+    return Op("clearance", clearance, ins, outs, capturable=not on_cpu, cost_us=4000.0)
+
+
+def _select_op(p: PlannerParams, device: str) -> Op:
+    dv = "cuda" if device.startswith("cuda") else "cpu"
+    c, e = p.n_candidates, p.tail_steps
+    ins = (TensorSpec("candidates", (c, N + e, CAND_COLS), "float32", dv),
+           TensorSpec("candidate_total", (c,), "float32", dv),
+           on_device(schema.trajectory("mrm_trajectory"), device))
+    outs = (on_device(schema.trajectory(), device), on_device(schema.flag("plan_status"), device),
+            on_device(schema.scalar("plan_cost"), device))
+
+    def select(cand: torch.Tensor, total: torch.Tensor, mrm: torch.Tensor, traj: torch.Tensor,
+               status: torch.Tensor, plan_cost: torch.Tensor) -> None:
+        best_cost, best = total.min(dim=0)
+        ok = torch.isfinite(best_cost)
+        nominal = torch.cat((cand[best, :N, :4], mrm[:, 4:5]), 1)
+        traj.copy_(torch.where(ok, nominal, mrm))
+        status.copy_((~ok).int().view(1))
+        plan_cost.copy_(best_cost.view(1))
+
+    return Op("select", select, ins, outs, capturable=True, cost_us=30.0)
+
+
+def planning_inputs(device: str = "cpu") -> list[TensorSpec]:
+    """odom, route, route_count, tracks, predictions, confirmed_count, last_trajectory (the previous plan)."""
+    return [on_device(s, device) for s in (schema.odometry(), schema.route(), schema.count("route_count"),
+                                           schema.tracks(), schema.predictions(), schema.count("confirmed_count"),
+                                           schema.trajectory("last_trajectory"))]
+
+
+def _params(road: object | None, params: dict) -> PlannerParams:
+    if road is not None:
+        params["road"] = RoadLayout.like(road)
+    return PlannerParams(**params)
+
+
+def build_planning_graph(device: str = "cpu", road: object | None = None, **params: object) -> Graph:
+    """Planner graph -> ``trajectory`` (TRAJ_POINTS, 5), ``plan_status`` (0 nominal, 1 minimal-risk), ``plan_cost``.
+
+    ``road`` is a ``RoadLayout`` or a sim ``Road``; other keyword arguments are ``PlannerParams``.
+    """
+    p = _params(road, params)
+    ops = [_candidates_op(p, device), minimal_risk_op(device, p, out="mrm_trajectory"), _clearance_op(p, device),
+           _select_op(p, device)]
+    return Graph("planning", ops, planning_inputs(device), ["trajectory", "plan_status", "plan_cost"])
+
+
+def build_minimal_risk_graph(device: str = "cpu", road: object | None = None, **params: object) -> Graph:
+    """The degrade reaction's graph: odom, route, route_count -> the minimal-risk ``trajectory`` + ``plan_status``."""
+    p = _params(road, params)
+    status = on_device(schema.flag("plan_status"), device)
+    mark = Op("mark_minimal_risk", lambda traj, st: st.fill_(1), (on_device(schema.trajectory(), device),), (status,),
+              capturable=True)
+    ins = [on_device(s, device) for s in (schema.odometry(), schema.route(), schema.count("route_count"))]
+    return Graph("minimal_risk", [minimal_risk_op(device, p), mark], ins, ["trajectory", "plan_status"])

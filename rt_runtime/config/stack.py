@@ -1,0 +1,240 @@
+"""The full runtime configuration: the task set plus graphs, channels, ingress and egress.
+
+A stack file is a task set (``policy``, ``tasks``, ``chains``; see ``taskset.py``) whose tasks
+also name the graph they run and how its inputs and outputs map onto channels::
+
+    tasks:
+      - name: lidar_objects
+        period: "100ms"
+        wcet: "40ms"
+        graph: pipelines.lidar:build_lidar_graph     # module:function(device=..., **args) -> Graph
+        inputs: {points: lidar/points}                # graph input -> channel
+        outputs: {boxes: lidar/boxes}                 # graph output -> channel
+    ingress:                                          # topic -> codec -> channel
+      - {topic: /sensing/lidar/points, codec: lidar_points, channel: lidar/points}
+    egress:                                           # channels -> codec -> topic
+      - {topic: /planning/trajectory, codec: path, channels: {trajectory: planning/trajectory}}
+
+Topics are remappable (``--remap /sensing/lidar/points=/my/points``), so a bag recorded by
+someone else's vehicle replays against the same configuration.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..analysis.chains import Chain
+from ..core.graph import Graph
+from ..core.task import Task, TaskError
+from ..core.units import DurationError, parse_duration
+from ..io import EGRESS_CODECS, INGRESS_CODECS
+from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
+from .taskset import ConfigError, load_yaml, parse_taskset
+
+STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
+              "threads", "frame", "diagnostics_period", "description")
+
+
+@dataclass(frozen=True)
+class IngressRoute:
+    """Messages on ``topic`` are decoded by ``codec``; each decoded role is pushed into its channel."""
+
+    topic: str
+    codec: str
+    channels: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class EgressRoute:
+    """The channels' values published at one instant become one ``codec`` message on ``topic``."""
+
+    topic: str
+    codec: str
+    channels: Mapping[str, str]
+
+
+@dataclass
+class StackConfig:
+    """A validated stack file: everything needed to build and run the runtime."""
+
+    source: str
+    policy: str
+    tasks: list[Task]
+    entries: dict[str, Mapping[str, Any]]
+    chains: list[Chain]
+    channels: list[ChannelConfig]
+    ingress: list[IngressRoute]
+    egress: list[EgressRoute]
+    device: str = "cpu"
+    workers: int = 1
+    threads: int = 1
+    frame: str = "map"
+    diagnostics_period_ns: int = 1_000_000_000
+    remap: dict[str, str] = field(default_factory=dict)
+
+    def topics_in(self) -> list[str]:
+        """The input topics, after remapping."""
+        return [r.topic for r in self.ingress]
+
+
+def _fail(source: str, where: str, message: str, *, task: str | None = None, fld: str | None = None) -> ConfigError:
+    return ConfigError(source, f"{where}: {message}", task=task, field=fld)
+
+
+def resolve(ref: object, source: str, where: str, task: str | None = None) -> Callable[..., Any]:
+    """Import ``package.module:function`` named in a config."""
+    if not isinstance(ref, str) or ":" not in ref:
+        raise _fail(source, where, f"expected 'package.module:function', found {ref!r}", task=task)
+    module, _, name = ref.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as e:
+        raise _fail(source, where, f"cannot import module '{module}' ({e})", task=task) from None
+    except AttributeError:
+        raise _fail(source, where, f"module '{module}' has no '{name}'", task=task) from None
+    if not callable(fn):
+        raise _fail(source, where, f"'{ref}' is not callable", task=task)
+    return fn
+
+
+def _mapping(value: object, source: str, where: str, task: str | None = None) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise _fail(source, where, f"expected a mapping of names to names, found {value!r}", task=task)
+    return dict(value)
+
+
+def parse_remap(items: list[str] | None) -> dict[str, str]:
+    """``["/a=/b", ...]`` into ``{"/a": "/b"}``; a malformed item is a ValueError naming it."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new:
+            raise ValueError(f"--remap: expected FROM=TO, found {item!r}")
+        out[old] = new
+    return out
+
+
+def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | None = None) -> StackConfig:
+    """Validate a stack document; graphs are not built yet (see ``build_bindings``)."""
+    policy, tasks, chains = parse_taskset(doc, source)
+    for key in doc:
+        if key not in STACK_KEYS:
+            raise _fail(source, str(key), f"unknown top-level key; expected one of {', '.join(STACK_KEYS)}", fld=str(key))
+    raw_tasks = doc["tasks"]
+    entries = {e["name"]: e for e in raw_tasks} if not isinstance(raw_tasks, Mapping) else \
+        {n: {"name": n, **f} for n, f in raw_tasks.items()}
+    for name, e in entries.items():
+        if "graph" not in e:
+            raise _fail(source, f"task '{name}': graph", "missing: 'package.module:function' building the task's graph",
+                        task=name, fld="graph")
+        _mapping(e.get("inputs"), source, f"task '{name}': inputs", name)
+        _mapping(e.get("outputs"), source, f"task '{name}': outputs", name)
+
+    channels = []
+    for i, c in enumerate(doc.get("channels") or []):
+        where = f"channels[{i}]"
+        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+            raise _fail(source, where, f"expected a mapping with a name, found {c!r}")
+        try:
+            pol = ChannelPolicy(c.get("policy", "latest"))
+        except ValueError:
+            raise _fail(source, f"channel '{c['name']}': policy", f"expected one of "
+                        f"{', '.join(p.value for p in ChannelPolicy)}, found {c.get('policy')!r}") from None
+        depth = c.get("depth", 1)
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
+            raise _fail(source, f"channel '{c['name']}': depth", f"expected a positive integer, found {depth!r}")
+        channels.append(ChannelConfig(c["name"], pol, depth))
+
+    remap = dict(remap or {})
+    ingress = []
+    for i, r in enumerate(doc.get("ingress") or []):
+        where = f"ingress[{i}]"
+        if not isinstance(r, Mapping) or not all(isinstance(r.get(k), str) for k in ("topic", "codec")):
+            raise _fail(source, where, f"expected topic, codec and channel (or channels), found {r!r}")
+        if r["codec"] not in INGRESS_CODECS:
+            raise _fail(source, f"{where}: codec", f"unknown codec {r['codec']!r}; expected one of "
+                                                   f"{', '.join(INGRESS_CODECS)}")
+        codec = INGRESS_CODECS[r["codec"]]
+        chans = {"value": r["channel"]} if isinstance(r.get("channel"), str) else \
+            _mapping(r.get("channels"), source, f"{where}: channels")
+        if set(chans) != set(codec.roles):
+            raise _fail(source, f"{where}: channels", f"codec {codec.name} produces {list(codec.roles)}; "
+                                                      f"found {sorted(chans)}")
+        ingress.append(IngressRoute(remap.get(r["topic"], r["topic"]), r["codec"], chans))
+    egress = []
+    for i, r in enumerate(doc.get("egress") or []):
+        where = f"egress[{i}]"
+        if not isinstance(r, Mapping) or not isinstance(r.get("topic"), str) or r.get("codec") not in EGRESS_CODECS:
+            raise _fail(source, where, f"expected topic, a codec among {', '.join(EGRESS_CODECS)}, and channels; "
+                                       f"found {r!r}")
+        chans = _mapping(r.get("channels"), source, f"{where}: channels")
+        missing = set(EGRESS_CODECS[r["codec"]].roles) - set(chans)
+        if missing:
+            raise _fail(source, f"{where}: channels", f"codec {r['codec']} needs {sorted(missing)}")
+        egress.append(EgressRoute(remap.get(r["topic"], r["topic"]), r["codec"], chans))
+
+    workers, threads = doc.get("workers", 1), doc.get("threads", 1)
+    for key, value in (("workers", workers), ("threads", threads)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _fail(source, key, f"expected a positive integer, found {value!r}")
+    try:
+        diag = parse_duration(doc.get("diagnostics_period", "1s"), what="diagnostics_period")
+    except DurationError as e:
+        raise ConfigError(source, str(e)) from None
+    return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
+                       device=str(doc.get("device", "cpu")), workers=workers, threads=threads, frame=str(doc.get("frame", "map")),
+                       diagnostics_period_ns=diag, remap=remap)
+
+
+def load_stack(path: str | Path, remap: Mapping[str, str] | None = None) -> StackConfig:
+    """Read and validate a stack file."""
+    return parse_stack(load_yaml(path), str(path), remap)
+
+
+def _graph(cfg: StackConfig, task: str, key: str, device: str) -> Graph | None:
+    e = cfg.entries[task]
+    if e.get(key) is None:
+        return None
+    build = resolve(e[key], cfg.source, f"task '{task}': {key}", task)
+    args = e.get("args" if key == "graph" else "fallback_args") or {}
+    try:
+        graph = build(device=device, **args)
+    except TypeError as e_:
+        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} rejected its arguments ({e_})", task=task) from None
+    if not isinstance(graph, Graph):
+        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} returned {type(graph).__name__}, not a Graph",
+                    task=task)
+    return graph
+
+
+def build_bindings(cfg: StackConfig, device: str | None = None) -> tuple[list[TaskBinding], dict[str, Any]]:
+    """Build every task's graph and binding, and the initial channel values (channel -> tensor)."""
+    device = device or cfg.device
+    bindings: list[TaskBinding] = []
+    initial: dict[str, Any] = {}
+    for task in cfg.tasks:
+        e = cfg.entries[task.name]
+        graph = _graph(cfg, task.name, "graph", device)
+        fallback = _graph(cfg, task.name, "fallback", device)
+        inputs = _mapping(e.get("inputs"), cfg.source, f"task '{task.name}': inputs", task.name)
+        try:
+            binding = TaskBinding(
+                dataclasses.replace(task, graph=graph), graph, inputs=inputs,
+                outputs=_mapping(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
+                fallback=fallback, on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
+                group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
+                worker=e.get("worker"))
+        except (TaskError, ValueError) as err:
+            raise ConfigError(cfg.source, str(err), task=task.name) from None
+        bindings.append(binding)
+        if e.get("initial") is not None:
+            values = resolve(e["initial"], cfg.source, f"task '{task.name}': initial", task.name)(device=device)
+            for name, value in values.items():
+                if name in inputs:
+                    initial[inputs[name]] = value
+    return bindings, initial

@@ -1,0 +1,46 @@
+"""Where the built-in scenario bag and the default stack configuration live."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_SCENARIO = "highway_cut_in"
+DEFAULT_SECONDS = 10.0
+DEFAULT_SEED = 7
+
+
+def cache_dir() -> Path:
+    """``$RT_RUNTIME_CACHE``, else ``$XDG_CACHE_HOME/rt_runtime``, else ``~/.cache/rt_runtime``."""
+    if os.environ.get("RT_RUNTIME_CACHE"):
+        return Path(os.environ["RT_RUNTIME_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return base / "rt_runtime"
+
+
+def default_config() -> Path:
+    """The reference stack's configuration: the source tree's, else the installed share/ copy."""
+    for candidate in (Path(__file__).resolve().parents[2] / "config" / "stack.yaml",
+                      Path(sys.prefix) / "share" / "rt_runtime" / "config" / "stack.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError("config/stack.yaml: not found in the source tree or share/rt_runtime/config")
+
+
+def default_bag(progress: bool = False) -> Path:
+    """The built-in scenario's bag, generated once into the cache folder."""
+    from ..sim import record
+
+    path = cache_dir() / f"{DEFAULT_SCENARIO}_seed{DEFAULT_SEED}_{DEFAULT_SECONDS:g}s"
+    if not (path / "metadata.yaml").is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".partial")
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp)
+        print(f"rt-runtime: generating the built-in scenario '{DEFAULT_SCENARIO}' ({DEFAULT_SECONDS:g} s) "
+              f"into {path} (once)", file=sys.stderr)
+        record(tmp, DEFAULT_SCENARIO, DEFAULT_SECONDS, DEFAULT_SEED, "mcap", workers=min(os.cpu_count() or 1, 4))
+        tmp.rename(path)
+    return path

@@ -1,0 +1,211 @@
+"""Deterministic replay: a bag's sensor messages in, the configured stack under the scheduler,
+outputs and a deadline report out.
+
+Order of one replay step (see docs/CYCLE.md for what the runtime does inside ``run_until``):
+
+1. Read the next message; its logical time is its log time minus the bag's start.
+2. Let the runtime run everything strictly before that instant (releases, jobs, LET publishes),
+   then flush the outputs published so far, in (time, topic) order, to the digest and the bag.
+3. Decode the message with its topic's codec and push it into its channel at its logical time.
+   A message that cannot be decoded is counted and skipped; the replay goes on.
+4. Diagnostics are published at every multiple of the diagnostics period, after the outputs of
+   that instant.
+
+On the ``VirtualClock`` (``--speed max``) time jumps from event to event and ops advance it by
+their measured duration, so deadline misses are those the hardware would have. On the WallClock
+(``--speed X``) messages are fed at X times their recorded pace.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..analysis.trace_stats import TaskTimes, task_times
+from ..bag import BagError, BagWriter, open_bag
+from ..config.stack import StackConfig, build_bindings
+from ..exec.warmup import warm_up
+from ..io import INGRESS_CODECS, IngressError
+from ..io.egress import diagnostics
+from ..io.ingress import decode
+from ..sched import Runtime, VirtualClock, WallClock
+from ..trace import TraceColumns, TraceRing, save_trace
+
+DIAGNOSTICS_TOPIC = "/diagnostics"
+# Counters that depend only on logical time under LET: the ones diagnostics may carry, so the
+# output stream is the same on any machine, at any speed, with any number of workers.
+LET_COUNTERS = ("released", "published", "missed", "overruns", "skipped", "aborted", "degraded", "recovered",
+                "dropped_releases", "no_input", "errors", "stalls", "mode")
+
+
+class ReplayError(ValueError):
+    """A replay that cannot start: unreadable bag, missing topics, bad configuration."""
+
+
+@dataclass
+class ReplayResult:
+    """What a replay did: per-task timing, digest, counts, and whether it stayed deterministic."""
+
+    bag: str
+    duration_s: float
+    wall_s: float
+    output_digest: str
+    tasks: dict[str, TaskTimes]
+    stats: dict[str, dict[str, Any]]
+    outputs: dict[str, int]
+    bad_messages: dict[str, int]
+    inputs: int
+    exec_s: float = 0.0
+    quality: dict[str, Any] | None = None
+    out_bag: str | None = None
+    trace: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float:
+        """Bag duration over wall time."""
+        return self.duration_s / self.wall_s if self.wall_s > 0 else float("inf")
+
+    @property
+    def misses(self) -> int:
+        """Deadline misses over all tasks."""
+        return sum(int(s.get("missed", 0)) for s in self.stats.values())
+
+    @property
+    def deterministic(self) -> bool:
+        """True when no job missed its deadline: LET then makes the outputs timing-independent."""
+        return self.misses == 0 and not any(int(s.get("errors", 0)) or int(s.get("stalls", 0))
+                                            for s in self.stats.values())
+
+    @property
+    def runtime_share(self) -> float:
+        """The part of wall time that was not op execution (scheduling, channels, decode, encode)."""
+        return max(0.0, 1.0 - self.exec_s / self.wall_s) if self.wall_s > 0 else 0.0
+
+
+def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = None, speed: str | float = "max",
+           workers: int | None = None, trace: str | Path | None = None, out_format: str = "mcap",
+           progress: bool = False, until_s: float | None = None,
+           quality: Callable[..., dict[str, Any]] | None = None) -> ReplayResult:
+    """Replay a bag through the configured stack and return what happened."""
+    from .outputs import OutputCollector
+
+    try:
+        reader = open_bag(bag_path)
+    except BagError as e:
+        raise ReplayError(str(e)) from None
+    wanted = {r.topic: r for r in cfg.ingress}
+    missing = sorted(set(wanted) - set(reader.topics))
+    if missing:
+        raise ReplayError(f"{bag_path}: the configuration needs topic(s) {missing} that the bag does not have; "
+                          f"the bag has {sorted(reader.topics)} (remap with --remap FROM=TO)")
+
+    bindings, initial = build_bindings(cfg)
+    import torch
+
+    # Decoded arrays become tensors on the stack's device (zero copy on the CPU).
+    def to_device(a: Any) -> Any:
+        # Bag buffers are read-only views; the channel copies into its slot anyway, so copy only those.
+        t = torch.from_numpy(a if a.flags.writeable else a.copy())
+        return t if cfg.device == "cpu" else t.to(cfg.device, non_blocking=True)
+    workers = workers or cfg.workers
+    virtual = speed == "max"
+    clock = VirtualClock() if virtual else WallClock(rate=float(speed))
+    ring = TraceRing(1 << 20)
+    parts: list[TraceColumns] = []
+    writer = BagWriter(out, out_format) if out is not None else None
+    if writer is not None:
+        writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
+    collector = OutputCollector(cfg.egress, cfg.frame, reader.start_ns, writer, retain=quality is not None)
+    ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
+    rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
+                 sink=ring, egress=collector.on_publish, threaded=None if not virtual else False)
+    torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
+    for ts in rt.sched.tasks.values():
+        for ex in ts.executors:
+            if ex is not None:
+                warm_up(ex)
+    duration_ns = reader.duration_ns if until_s is None else min(reader.duration_ns, int(until_s * 1e9))
+    bad: dict[str, int] = {}
+    inputs = 0
+    next_diag = cfg.diagnostics_period_ns
+
+    def advance(t_ns: int) -> None:
+        """Run the runtime up to ``t_ns``, publishing diagnostics at their instants on the way."""
+        nonlocal next_diag
+        while next_diag <= t_ns:
+            rt.run_until(next_diag)
+            collector.flush(next_diag)
+            stats = rt.stats()
+            collector.emit(DIAGNOSTICS_TOPIC, next_diag, diagnostics(
+                {n: {k: s[k] for k in LET_COUNTERS if k in s} for n, s in stats.items()},
+                reader.start_ns + next_diag))
+            next_diag += cfg.diagnostics_period_ns
+            parts.append(ring.drain())
+            if progress:
+                _progress(next_diag, duration_ns)
+        rt.run_until(t_ns)
+        collector.flush(t_ns)
+
+    wall0 = time.perf_counter()
+    if not virtual:
+        clock.reset_epoch()
+    try:
+        for channel, value in initial.items():
+            rt.push(channel, 0, value)
+        for msg in reader.messages(topics=list(wanted)):
+            t = msg.t_ns - reader.start_ns
+            if t > duration_ns:
+                break
+            if t > 0:
+                advance(t - 1)
+            route = wanted[msg.topic]
+            try:
+                value = decode(INGRESS_CODECS[route.codec], reader.decode(msg), msg.topic)
+            except (IngressError, BagError) as e:
+                if msg.topic not in bad:
+                    print(f"rt-runtime replay: warning: {e} (further bad messages on this topic are only counted)",
+                          file=sys.stderr)
+                bad[msg.topic] = bad.get(msg.topic, 0) + 1
+                continue
+            for role, channel in route.channels.items():
+                rt.push(channel, t, to_device(value[role]))
+            inputs += 1
+            if quality is not None and route.codec == "odometry":
+                ego.append((msg.t_ns, value["value"]))
+        advance(duration_ns)
+    finally:
+        rt.close()
+        reader.close()
+        if writer is not None:
+            writer.close()
+    wall = time.perf_counter() - wall0
+    if progress:
+        print(file=sys.stderr)
+    parts.append(ring.drain())
+    cols = TraceColumns.concat(parts, ring.tasks)
+    meta = {"ops": {b.name: [o.name for o in b.graph.ops] for b in bindings}, "clock": "virtual" if virtual else "wall",
+            "config": cfg.source, "bag": str(bag_path), "policy": cfg.policy, "workers": workers,
+            "tasks_config": {b.name: {"period_ns": b.task.period_ns, "deadline_ns": b.task.deadline,
+                                      "wcet_ns": b.task.wcet_ns} for b in bindings}}
+    if trace is not None:
+        save_trace(trace, cols, {**meta, "lost_events": ring.lost})
+    times = task_times(cols)
+    exec_s = sum(float(t.exec_ns.sum()) for t in times.values()) / 1e9
+    result = ReplayResult(bag=str(bag_path), duration_s=duration_ns / 1e9, wall_s=wall,
+                          output_digest=collector.digest.hexdigest(), tasks=times, stats=rt.stats(),
+                          outputs=dict(collector.counts), bad_messages=bad, inputs=inputs, exec_s=exec_s,
+                          out_bag=str(out) if out is not None else None,
+                          trace=str(trace) if trace is not None else None)
+    if quality is not None:
+        result.quality = quality(bag_path, collector.retained, reader.start_ns, ego)
+    return result
+
+
+def _progress(t_ns: int, total_ns: int) -> None:
+    """A one-line progress bar on stderr (only called on a TTY)."""
+    frac = min(1.0, t_ns / total_ns) if total_ns else 1.0
+    bar = "#" * int(frac * 30)
+    print(f"\rreplay [{bar:<30}] {frac * 100:5.1f}%", end="", file=sys.stderr, flush=True)

@@ -1,0 +1,101 @@
+"""The replay's outputs: LET publications grouped per instant, encoded, hashed and written.
+
+The runtime calls ``OutputCollector.on_publish`` when a job's outputs become visible (at its
+deadline under LET). Everything published at the same logical instant is held, then encoded per
+egress route, in topic order, once time has moved past that instant. The order of messages, and
+so the digest, depends only on logical times and topic names, never on which worker published
+first.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import defaultdict
+from typing import Any, Callable
+
+import numpy as np
+
+from ..bag import BagWriter, to_cdr
+from ..config.stack import EgressRoute
+from ..io import EGRESS_CODECS
+
+
+def _to_numpy(data: Any) -> np.ndarray:
+    """A host copy (the view the runtime lends is only valid during the call)."""
+    if isinstance(data, np.ndarray):
+        return data.copy()
+    return data.detach().to("cpu", copy=True).numpy()
+
+
+class OutputDigest:
+    """SHA-256 over every output message, in order: topic, logical time (ns), CDR bytes."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+        self.messages = 0
+
+    def update(self, topic: str, t_ns: int, cdr: bytes) -> None:
+        """Add one message."""
+        self._h.update(topic.encode() + b"\0" + int(t_ns).to_bytes(8, "little", signed=True) + cdr)
+        self.messages += 1
+
+    def hexdigest(self) -> str:
+        """The digest so far."""
+        return self._h.hexdigest()
+
+
+class OutputCollector:
+    """Receives LET publications, encodes them per egress route, hashes and writes them."""
+
+    def __init__(self, routes: list[EgressRoute], frame: str, start_ns: int, writer: BagWriter | None,
+                 sink: Callable[[str, int, bytes], None] | None = None, retain: bool = False) -> None:
+        self.routes = sorted(routes, key=lambda r: r.topic)
+        self.frame = frame
+        self.start_ns = start_ns
+        self.writer = writer
+        self.sink = sink
+        self.digest = OutputDigest()
+        self.by_channel: dict[str, list[tuple[EgressRoute, str]]] = defaultdict(list)
+        for r in self.routes:
+            for role, channel in r.channels.items():
+                self.by_channel[channel].append((r, role))
+        self._pending: dict[int, dict[str, np.ndarray]] = defaultdict(dict)
+        self._lock = threading.Lock()
+        self.counts: dict[str, int] = dict.fromkeys((r.topic for r in self.routes), 0)
+        # codec -> [(t, {role: array})]: what quality measures read after the run
+        self.retained: dict[str, list[tuple[int, dict[str, np.ndarray]]]] | None = defaultdict(list) if retain else None
+        if writer is not None:
+            for r in self.routes:
+                writer.add_topic(r.topic, EGRESS_CODECS[r.codec].msgtype)
+
+    def on_publish(self, channel: str, t_ns: int, seq: int, data: Any) -> None:
+        """The runtime's egress hook: keep a copy of what became visible at ``t_ns``."""
+        if channel in self.by_channel:
+            with self._lock:
+                self._pending[t_ns][channel] = _to_numpy(data)
+
+    def emit(self, topic: str, t_ns: int, msg: Any) -> None:
+        """Write one message that is not a LET output (diagnostics), in the same stream."""
+        self._write(topic, t_ns, to_cdr(msg))
+
+    def _write(self, topic: str, t_ns: int, cdr: bytes) -> None:
+        self.digest.update(topic, t_ns, cdr)
+        self.counts[topic] = self.counts.get(topic, 0) + 1
+        if self.writer is not None:
+            self.writer.write(topic, self.start_ns + t_ns, cdr)
+        if self.sink is not None:
+            self.sink(topic, t_ns, cdr)
+
+    def flush(self, upto_ns: int) -> None:
+        """Encode and write every instant <= ``upto_ns``, oldest first, routes in topic order."""
+        with self._lock:
+            ready = sorted(t for t in self._pending if t <= upto_ns)
+            batches = [(t, self._pending.pop(t)) for t in ready]
+        for t, values in batches:
+            for r in self.routes:
+                if all(c in values for c in r.channels.values()):
+                    codec = EGRESS_CODECS[r.codec]
+                    group = {role: values[c] for role, c in r.channels.items()}
+                    self._write(r.topic, t, to_cdr(codec.encode(group, self.start_ns + t, self.frame)))
+                    if self.retained is not None:
+                        self.retained[r.codec].append((t, group))

@@ -1,0 +1,103 @@
+"""TaskBinding: which graph a task runs, which channels feed and take it, and how it reacts to faults.
+
+Also the cost models: where execution time comes from on a ``VirtualClock``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Mapping
+
+from ..core.graph import Graph
+from ..core.op import Op
+from ..core.task import Task, TaskError
+
+
+class Reaction(str, Enum):
+    """What the watchdog does to a job that misses its deadline or overruns its budget."""
+
+    SKIP = "skip"        # let it finish, drop its late output, keep the channel's last value
+    ABORT = "abort"      # cancel it at the next op boundary and give its resources back
+    DEGRADE = "degrade"  # abort it and switch the task (or its group) to the fallback graph
+    NONE = "none"        # count and trace only
+
+
+class Publish(str, Enum):
+    """When a job's outputs become visible."""
+
+    LET = "let"              # at release + deadline: deterministic
+    ON_FINISH = "on_finish"  # as soon as it finishes: lower latency, the run is marked non-deterministic
+
+
+@dataclass(frozen=True)
+class TaskBinding:
+    """A task with its graph, channel wiring (graph name -> channel name) and fault handling."""
+
+    task: Task
+    graph: Graph | None = None
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    fallback: Graph | None = None
+    on_miss: Reaction | str = Reaction.SKIP
+    on_overrun: Reaction | str | None = None   # None: the same as on_miss
+    group: str | None = None                   # degrade switches the whole group
+    recover_after: int = 3                     # clean cycles in fallback before switching back
+    publish: Publish | str = Publish.LET
+    worker: int | None = None                  # explicit partition; None: first-fit decreasing
+
+    def __post_init__(self) -> None:
+        t = self.task
+        g = self.graph if self.graph is not None else t.graph
+        if g is None:
+            raise TaskError(t.name, "graph", "a task needs a graph to run (binding or task)")
+        object.__setattr__(self, "graph", g)
+        object.__setattr__(self, "inputs", dict(self.inputs))
+        object.__setattr__(self, "outputs", dict(self.outputs))
+        object.__setattr__(self, "on_miss", Reaction(self.on_miss))
+        object.__setattr__(self, "on_overrun", Reaction(self.on_overrun if self.on_overrun is not None
+                                                        else self.on_miss))
+        object.__setattr__(self, "publish", Publish(self.publish))
+        need = {s.name for s in g.inputs}
+        if set(self.inputs) != need:
+            raise TaskError(t.name, "inputs", f"graph '{g.name}' reads {sorted(need)}; the binding maps "
+                                              f"{sorted(self.inputs)}")
+        have = {s.name for s in g.outputs}
+        extra = set(self.outputs) - have
+        if extra:
+            raise TaskError(t.name, "outputs", f"graph '{g.name}' has no output(s) {sorted(extra)}")
+        if self.fallback is not None:
+            f = self.fallback
+            if not {s.name for s in f.inputs} <= need:
+                raise TaskError(t.name, "fallback", f"graph '{f.name}' reads inputs the task does not map: "
+                                                    f"{sorted({s.name for s in f.inputs} - need)}")
+            missing = set(self.outputs) - {s.name for s in f.outputs}
+            if missing:
+                raise TaskError(t.name, "fallback", f"graph '{f.name}' does not produce {sorted(missing)}")
+        if Reaction.DEGRADE in (self.on_miss, self.on_overrun) and self.fallback is None:
+            raise TaskError(t.name, "on_miss", "degrade needs a fallback graph")
+        if self.recover_after < 1:
+            raise TaskError(t.name, "recover_after", f"must be >= 1, found {self.recover_after}")
+
+    @property
+    def name(self) -> str:
+        """The task's name."""
+        return self.task.name
+
+
+# (task, job index, op index, op, measured wall ns) -> virtual ns the op takes.
+CostModel = Callable[[str, int, int, Op, int], int]
+
+
+def measured_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
+    """Virtual time advances by the op's real (wall) duration: a replay as slow as the hardware."""
+    return measured_ns
+
+
+def declared_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
+    """Virtual time advances by the op's declared ``cost_us``: the simulator oracle's model."""
+    return int(round(op.cost_us * 1000))
+
+
+def zero_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
+    """Execution takes no virtual time: a replay's LET outputs do not depend on it anyway."""
+    return 0

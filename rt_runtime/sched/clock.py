@@ -1,0 +1,150 @@
+"""Clocks: wall time for live runs, virtual time for replays and the simulator oracle.
+
+Both count integer nanoseconds from the runtime's epoch (logical time 0), so task releases at
+``offset + k * period`` mean the same instants on either clock.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+_mono = time.monotonic_ns
+
+
+class Clock(Protocol):
+    """What the scheduler needs from time."""
+
+    virtual: bool
+
+    def now(self) -> int:
+        """Logical time in ns since the epoch."""
+
+    def sleep_until(self, t_ns: int, wake: threading.Event | None = None) -> bool:
+        """Block until ``t_ns`` (or until ``wake`` is set: returns True then)."""
+
+
+class VirtualClock:
+    """Jumps straight to the next event: a replay runs as fast as the CPU allows.
+
+    Execution also advances it: after an op the dispatcher moves time by the op's cost as the
+    runtime's cost model gives it (measured wall time, a declared synthetic cost, or zero).
+    """
+
+    virtual = True
+
+    def __init__(self, start_ns: int = 0) -> None:
+        self._t = int(start_ns)
+
+    def now(self) -> int:
+        """Current virtual time."""
+        return self._t
+
+    def sleep_until(self, t_ns: int, wake: threading.Event | None = None) -> bool:
+        """Jump to ``t_ns`` at once (never backwards)."""
+        if t_ns > self._t:
+            self._t = t_ns
+        return False
+
+    def advance(self, dt_ns: int) -> None:
+        """Move time forward by ``dt_ns``."""
+        self._t += max(0, int(dt_ns))
+
+    def __repr__(self) -> str:
+        return f"VirtualClock(t={self._t}ns)"
+
+
+class _Overshoot:
+    """A decaying high-water mark of how late the OS wakes us; the spin margin follows it."""
+
+    def __init__(self, initial_ns: int, floor_ns: int, ceil_ns: int) -> None:
+        self.est = float(initial_ns)
+        self.floor, self.ceil = floor_ns, ceil_ns
+
+    def margin(self) -> int:
+        # 1.5x the high-water mark covers the tail; the ceiling bounds the CPU burnt spinning.
+        return int(min(max(1.5 * self.est, self.floor), self.ceil))
+
+    def observe(self, late_ns: int) -> None:
+        self.est = max(float(late_ns), self.est * 0.995)
+
+
+class WallClock:
+    """Monotonic time; sleeps with the OS timer to just before the instant, then spins.
+
+    The OS wakes a sleeping thread late (timer slack, scheduling: ~60-150 us on a VM). The clock
+    measures that overshoot on every coarse sleep and keeps its spin margin just above it, so the
+    wake-up lands within a microsecond or two of the instant while spinning only a short while.
+    """
+
+    virtual = False
+
+    def __init__(self, *, epoch_ns: int | None = None, spin_ns: int = 200_000, max_spin_ns: int = 1_000_000) -> None:
+        self.epoch_ns = _mono() if epoch_ns is None else int(epoch_ns)
+        self.fixed_epoch = epoch_ns is not None   # else a runtime makes time 0 the start of its first run
+        self._sleep_late = _Overshoot(spin_ns, 30_000, max_spin_ns)
+        self._wait_late = _Overshoot(spin_ns + 100_000, 30_000, max_spin_ns)
+
+    def now(self) -> int:
+        """Nanoseconds since the epoch."""
+        return _mono() - self.epoch_ns
+
+    def to_logical(self, mono_ns: int) -> int:
+        """A ``time.monotonic_ns()`` reading on this clock's time line."""
+        return mono_ns - self.epoch_ns
+
+    def reset_epoch(self, epoch_ns: int | None = None) -> None:
+        """Make logical time 0 now (or at the given monotonic instant)."""
+        self.epoch_ns = _mono() if epoch_ns is None else int(epoch_ns)
+
+    @property
+    def max_spin_ns(self) -> int:
+        """The most the clock spins before an instant (it holds the GIL meanwhile)."""
+        return self._sleep_late.ceil
+
+    @max_spin_ns.setter
+    def max_spin_ns(self, ns: int) -> None:
+        self._sleep_late.ceil = self._wait_late.ceil = int(ns)
+        self._sleep_late.est = min(self._sleep_late.est, ns)
+        self._wait_late.est = min(self._wait_late.est, ns)
+
+    def spin_margin_ns(self, interruptible: bool = False) -> int:
+        """How long before an instant the clock stops sleeping and starts spinning."""
+        return (self._wait_late if interruptible else self._sleep_late).margin()
+
+    def sleep_until(self, t_ns: int, wake: threading.Event | None = None) -> bool:
+        """Sleep until logical ``t_ns``; return True early if ``wake`` gets set."""
+        target = t_ns + self.epoch_ns
+        est = self._sleep_late if wake is None else self._wait_late
+        coarse = target - est.margin()
+        now = _mono()
+        if coarse > now:
+            if wake is None:
+                time.sleep((coarse - now) * 1e-9)
+            elif wake.wait((coarse - now) * 1e-9):
+                return True
+            now = _mono()
+            est.observe(now - coarse)
+        if wake is None:
+            while now < target:
+                now = _mono()
+        else:
+            is_set = wake.is_set
+            while now < target:
+                if is_set():
+                    return True
+                now = _mono()
+        return False
+
+    def __repr__(self) -> str:
+        return f"WallClock(t={self.now()}ns, spin={self.spin_margin_ns()}ns)"
+
+
+def measure_overshoot(clock: WallClock, n: int = 50, ahead_ns: int = 2_000_000) -> list[int]:
+    """Sleep ``n`` times to an instant ``ahead_ns`` away; return how late each wake-up was (ns)."""
+    late = []
+    for _ in range(n):
+        t = clock.now() + ahead_ns
+        clock.sleep_until(t)
+        late.append(clock.now() - t)
+    return late

@@ -1,0 +1,137 @@
+"""Dispatcher: workers, their ready queues, and limited preemption at op boundaries.
+
+A worker runs one job at a time, one op at a time. At every op boundary it asks ``next_job``:
+abort the current job if the watchdog asked, switch to a more urgent ready job if there is one
+(the current one goes back to the queue, preempted), else continue. Ops themselves are never
+interrupted, so the longest op of a less urgent task is the blocking term of the analysis.
+
+``run_op`` executes one op outside any lock; ``complete_op`` books it (execution time, budget,
+trace) and finishes the job after its last op. Both drivers (inline, threads) use these three.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from typing import Any
+
+from .events import EventKind
+from .job import ABORTED, PREEMPTED, RUNNING, RunJob
+
+_K = EventKind
+log = logging.getLogger("rt_runtime.sched")
+_pop, _push = heapq.heappop, heapq.heappush
+
+
+class Worker:
+    """One worker: a ready queue (heap on the policy's key), its current job, the op in flight."""
+
+    __slots__ = ("index", "cpu", "ready", "current", "cond", "pending", "busy_until", "in_op", "op_t0",
+                 "op_seq", "stalled", "thread", "budget_at")
+
+    def __init__(self, index: int, cpu: int | None = None) -> None:
+        self.index = index
+        self.cpu = cpu
+        self.ready: list[tuple[tuple, RunJob]] = []
+        self.current: RunJob | None = None
+        self.cond: threading.Condition | None = None   # threaded mode: notified on a release
+        self.pending: tuple | None = None              # inline mode: the op in flight
+        self.busy_until = 0                            # inline mode: when that op completes
+        self.budget_at = 1 << 62                       # inline mode: when it overruns its job's budget
+        self.in_op = False                             # threaded mode, read by the watchdog thread
+        self.op_t0 = 0
+        self.op_seq = 0
+        self.stalled = False
+        self.thread: Any = None
+
+    def __repr__(self) -> str:
+        return f"Worker({self.index}, cpu={self.cpu}, ready={len(self.ready)}, current={self.current})"
+
+
+def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
+    """At an op boundary of ``w``: abort, preempt or continue; returns the job whose next op runs."""
+    ready = w.ready
+    while ready and ready[0][1].state == ABORTED:
+        _pop(ready)
+    job = w.current
+    if job is not None:
+        if job.abort_req:
+            w.current = None
+            s.kill(job, now, w.index)
+        elif ready and ready[0][0] < job.pkey:
+            job.state = PREEMPTED
+            _push(ready, (job.pkey, job))
+            w.current = None
+            job.ts.c["preemptions"] += 1
+            if s.tr:
+                s.sink.emit(_K.PREEMPT, now, job.ts.name, job.index, w.index, job.ops_done)
+        else:
+            return job
+        while ready and ready[0][1].state == ABORTED:
+            _pop(ready)
+    if not ready:
+        return None
+    job = _pop(ready)[1]
+    if job.gen is None:
+        job.start_ns = now
+        job.gen = job.executor.steps(job.inputs)   # type: ignore[union-attr]
+        job.ts.c["started"] += 1
+        if s.tr:
+            s.sink.emit(_K.START, now, job.ts.name, job.index, w.index, job.fallback)
+    elif s.tr:
+        s.sink.emit(_K.RESUME, now, job.ts.name, job.index, w.index, job.ops_done)
+    job.state = RUNNING
+    job.worker = w.index
+    w.current = job
+    return job
+
+
+def run_op(job: RunJob) -> tuple[int, bool, BaseException | None]:
+    """Run the job's next op: (index of the last op run, whether the job is done, an op's error)."""
+    gen = job.gen
+    try:
+        idx = next(gen)   # type: ignore[arg-type]
+        if idx >= job.last_op:
+            for _ in gen:  # type: ignore[union-attr]  # the executor's tail: count the job, maybe capture
+                pass
+            return idx, True, None
+        return idx, False, None
+    except StopIteration:
+        return job.last_op, True, None
+    except Exception as e:  # an op that raises ends its job, not the runtime
+        return job.ops_done - 1, True, e
+
+
+def complete_op(s: Any, w: Worker, job: RunJob, idx: int, t0: int, t1: int, done: bool,
+                err: BaseException | None, filled: bool = False) -> None:
+    """Book an op that ran from ``t0`` to ``t1``: execution time, budget, trace; finish after the last."""
+    ts = job.ts
+    dt = t1 - t0
+    before = job.exec_ns
+    job.exec_ns = before + dt
+    if s.tr:
+        s.sink.emit(_K.OP_START, t0, ts.name, job.index, idx, w.index)
+        s.sink.emit(_K.OP_END, t1, ts.name, job.index, idx, w.index)
+    job.ops_done = idx + 1
+    if err is not None:
+        if not ts.c["errors"]:
+            log.error("rt_runtime.sched: task '%s' job %d: op %d raised %r; the job is aborted (further "
+                      "errors of this task are only counted)", ts.name, job.index, idx + 1, err)
+        ts.c["errors"] += 1
+        if len(s.errors) < 1000:
+            s.errors.append((ts.name, job.index, err))
+        job.gen = None
+        w.current = None
+        s.kill(job, t1, w.index)
+        return
+    if job.exec_ns > ts.wcet and not job.overrun:   # a driver that did not watch the op: stamp the crossing
+        s.watchdog.overrun(job, t0 + max(0, ts.wcet - before), ts.wcet)
+    if done:
+        w.current = None
+        job.gen = None
+        if job.abort_req:
+            s.kill(job, t1, w.index)
+            return
+        if job.outs and not filled and s.wants_output(job):
+            s.fill_outputs(job)
+        s.finish(job, t1, w.index)

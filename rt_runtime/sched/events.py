@@ -1,0 +1,115 @@
+"""Trace events: the kinds the scheduler emits, and the sink protocol a tracer implements.
+
+Every step of a cycle is an event ``(kind, t_ns, task, job_index, a, b)``. ``t_ns`` is logical
+time on the runtime's clock (virtual time under a ``VirtualClock``). The meaning of ``a``/``b``:
+
+=========  ==========================================  ===================================
+kind       a                                           b
+=========  ==========================================  ===================================
+RELEASE    worker                                      1 if triggered by a message
+SNAPSHOT   inputs read                                 inputs that were stale (not new)
+START      worker                                      1 if the fallback graph runs
+PREEMPT    worker                                      ops done so far
+RESUME     worker                                      ops done so far
+OP_START   op index                                    worker
+OP_END     op index                                    worker
+FINISH     execution time (ns)                         worker
+PUBLISH    outputs made visible (also: DEADLINE)       1 if published at finish
+MISS       worker (-1: not started)                    ops done so far
+OVERRUN    execution time at detection (ns)            budget (ns)
+REACTION   reaction code (``REACT_*``)                 task mode after it (1 = fallback)
+DROP       reason (``DROP_*``)                         messages or jobs dropped
+ABORT      worker (-1: aborted before it started)      ops done so far
+STALL      worker                                      op index that has not returned
+=========  ==========================================  ===================================
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import NamedTuple, Protocol, runtime_checkable
+
+
+class EventKind(IntEnum):
+    """What happened; ints so a columnar tracer can store them in a small integer column."""
+
+    RELEASE = 0
+    SNAPSHOT = 1
+    START = 2
+    PREEMPT = 3
+    RESUME = 4
+    OP_START = 5
+    OP_END = 6
+    FINISH = 7
+    PUBLISH = 8
+    DEADLINE = 8  # the same instant: under LET a job's outputs are published at its deadline
+    MISS = 9
+    OVERRUN = 10
+    REACTION = 11
+    DROP = 12
+    ABORT = 13
+    STALL = 14
+
+
+# Reaction codes (``a`` of REACTION).
+REACT_NONE, REACT_SKIP, REACT_ABORT, REACT_DEGRADE, REACT_RECOVER = 0, 1, 2, 3, 4
+# Drop reasons (``a`` of DROP).
+DROP_CHANNEL, DROP_NO_INPUT, DROP_BACKLOG, DROP_OUTPUT = 1, 2, 3, 4
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    """Anything with ``emit`` can subscribe to the scheduler's events (a tracer, a test, a logger)."""
+
+    def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
+        """Record one event; called on the hot path, so keep it cheap and never block."""
+
+
+class NullSink:
+    """The default sink: drops everything. The runtime checks ``enabled`` and skips the call."""
+
+    enabled = False
+
+    def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
+        """Do nothing."""
+
+
+class Event(NamedTuple):
+    """One recorded event."""
+
+    kind: EventKind
+    t_ns: int
+    task: str
+    job_index: int
+    a: int = 0
+    b: int = 0
+
+
+class RecordingSink:
+    """Keeps every event in a list (tests, small runs); ``list.append`` is safe across threads."""
+
+    enabled = True
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
+        """Append the event."""
+        self.events.append(Event(EventKind(kind), t_ns, task, job_index, a, b))
+
+    def of(self, kind: EventKind, task: str | None = None) -> list[Event]:
+        """The events of one kind, optionally of one task, in emission order."""
+        return [e for e in self.events if e.kind == kind and (task is None or e.task == task)]
+
+
+class FanoutSink:
+    """Forwards each event to several sinks."""
+
+    enabled = True
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = tuple(s for s in sinks if getattr(s, "enabled", True))
+
+    def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
+        """Forward to every sink."""
+        for s in self.sinks:
+            s.emit(kind, t_ns, task, job_index, a, b)

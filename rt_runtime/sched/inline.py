@@ -1,0 +1,111 @@
+"""The thread-free driver: the calling thread releases, dispatches and publishes, in time order.
+
+On a ``VirtualClock`` it simulates any number of workers: an op is executed for real when it
+starts and completes when virtual time reaches its start plus its cost (from the cost model), so
+several workers' ops overlap in virtual time while the host runs them one after another. Nothing
+depends on thread timing: the same inputs give the same event sequence, bit for bit.
+
+On a ``WallClock`` it runs one worker in the calling thread: ops run for real, the clock is read
+after each, and whatever fell due meanwhile is handled in time order before the next op starts.
+"""
+from __future__ import annotations
+
+import heapq
+import time
+from typing import Any
+
+from .binding import measured_cost
+from .dispatch import complete_op, next_job, run_op
+
+_INF = 1 << 62
+
+
+def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
+    """Advance the scheduler ``s`` to logical time ``t_end`` in the calling thread."""
+    workers = s.workers
+    single = workers[0] if len(workers) == 1 else None
+    tl = s.timeline
+    virtual = clock.virtual
+    measured = cost is measured_cost
+    mono = time.monotonic_ns
+    now_fn = clock.now
+    pop = heapq.heappop
+    process = s.process
+    while True:
+        if s.inbox:
+            s.drain_inbox()
+        if single is not None:
+            t_op = (single.busy_until if single.budget_at == _INF else single.budget_at) \
+                if single.pending is not None else _INF
+        else:
+            t_op = _INF
+            for w in workers:
+                if w.pending is not None:
+                    if w.busy_until < t_op:
+                        t_op = w.busy_until
+                    if w.budget_at < t_op:
+                        t_op = w.budget_at
+        now = now_fn()
+        lim = now if now < t_end else t_end
+        while tl and tl[0][0] <= lim and tl[0][0] < t_op:   # events due before the next op completion
+            process(pop(tl))
+        if t_op <= lim:   # then op completions (before events at the same instant: on time is on time)
+            for w in workers:
+                if w.budget_at == t_op:   # the budget runs out mid-op: the watchdog sees it now
+                    w.budget_at = _INF
+                    s.watchdog.overrun(w.pending[0], t_op, w.pending[0].ts.wcet)
+                    continue
+                if w.pending is not None and w.busy_until == t_op:
+                    job, idx, t0, done, err = w.pending
+                    w.pending = None
+                    complete_op(s, w, job, idx, t0, t_op, done, err)
+            continue
+        if now <= t_end:
+            started = False
+            for w in workers:
+                if w.pending is not None:
+                    continue
+                job = next_job(s, w, now)
+                if job is None:
+                    continue
+                started = True
+                if virtual:
+                    m0 = mono()
+                    first = job.ops_done
+                    idx, done, err = run_op(job)
+                    m = mono() - m0
+                    if measured:
+                        dt = m
+                    else:
+                        ops = job.executor.graph.ops
+                        n = idx - first + 1
+                        per = m // n if n > 0 else m
+                        dt = 0
+                        for i in range(first, idx + 1):
+                            dt += cost(job.ts.name, job.index, i, ops[i], per)
+                    t0 = now
+                    w.busy_until = t1 = now + dt
+                    w.pending = (job, idx, now, done, err)
+                else:
+                    t0 = now_fn()
+                    idx, done, err = run_op(job)
+                    w.busy_until = t1 = now_fn()
+                    w.pending = (job, idx, t0, done, err)
+                if not job.overrun and job.exec_ns + (t1 - t0) > job.ts.wcet:
+                    w.budget_at = t0 + max(0, job.ts.wcet - job.exec_ns)
+            if started:
+                continue
+        t = tl[0][0] if tl else _INF
+        if t_op < t:
+            t = t_op
+        nxt = t if t < t_end else t_end
+        if nxt <= now:
+            break
+        wake = s.wake
+        if wake is not None:
+            wake.clear()
+            if s.inbox:
+                continue
+        s.wake_at = nxt
+        clock.sleep_until(nxt, wake)
+    s.wake_at = _INF

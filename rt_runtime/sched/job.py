@@ -1,0 +1,102 @@
+"""The runtime's view of a task (TaskState) and of one of its jobs (RunJob): plain data."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..core.task import Job
+
+if TYPE_CHECKING:
+    from ..exec.executor import GraphExecutor
+    from .binding import TaskBinding
+    from .channel import Channel, Slot
+
+# Job states. A job is READY (queued, not started), RUNNING (a worker's current job), PREEMPTED
+# (queued, started), FINISHED (done, waiting for its deadline to publish), DONE or ABORTED.
+READY, RUNNING, PREEMPTED, FINISHED, DONE, ABORTED = range(6)
+STATE_NAMES = ("ready", "running", "preempted", "finished", "done", "aborted")
+
+COUNTERS = ("released", "started", "finished", "published", "missed", "overruns", "skipped", "aborted",
+            "degraded", "recovered", "dropped_releases", "no_input", "preemptions", "errors", "stalls",
+            "max_response_ns", "max_exec_ns")
+
+
+class TaskState:
+    """A task as the scheduler runs it: wiring, executors, release bookkeeping, mode and counters."""
+
+    def __init__(self, binding: "TaskBinding", prio: int, worker: int,
+                 executors: "list[GraphExecutor | None]") -> None:
+        t = binding.task
+        self.binding = binding
+        self.task = t
+        self.name = t.name
+        self.prio = prio
+        self.worker = worker
+        self.executors = executors           # [primary, fallback or None]
+        self.period = t.period_ns
+        self.deadline = t.deadline
+        self.wcet = t.wcet_ns
+        self.offset = t.offset_ns
+        self.triggered = t.is_triggered
+        self.on_miss = binding.on_miss
+        self.on_overrun = binding.on_overrun
+        self.on_finish = binding.publish.value == "on_finish"
+        self.group = binding.group
+        self.recover_after = binding.recover_after
+        self.readers: list[tuple[str, "Channel", int]] = []     # (graph input, channel, reader id)
+        self.writers: list[tuple[str, "Channel"]] = []          # (graph output, channel)
+        self.trigger: tuple["Channel", int] | None = None       # reader on the trigger channel
+        self.trigger_is_input = False
+        self.next_index = 0
+        self.last_release: int | None = None
+        self.pending_release = False
+        self.active = 0                      # released and neither finished nor aborted
+        self.mode = 0                        # 0: primary graph, 1: fallback
+        self.clean = 0                       # consecutive clean jobs (for recovery)
+        self.c = dict.fromkeys(COUNTERS, 0)  # counters, exposed by stats()
+
+    def stats(self) -> dict[str, Any]:
+        """Counters plus the current mode."""
+        out: dict[str, Any] = dict(self.c)
+        out["mode"] = "fallback" if self.mode else "primary"
+        out["worker"] = self.worker
+        return out
+
+    def __repr__(self) -> str:
+        return f"TaskState({self.name!r}, prio={self.prio}, worker={self.worker}, mode={self.mode})"
+
+
+class RunJob(Job):
+    """A released job: the core ``Job`` plus its snapshot, executor, progress and fault flags."""
+
+    # Defaults live on the class: a release sets only what differs (this runs once per job).
+    start_ns: int | None = None
+    finish_ns: int | None = None
+    missed = False
+    aborted = False
+    state = READY
+    gen: Iterator[int] | None = None
+    executor: "GraphExecutor | None" = None
+    fallback = 0
+    inputs: dict[str, Any] = {}            # replaced by a fresh dict when the task has inputs
+    pins: list[tuple["Channel", "Slot"]] = []   # replaced before any append
+    outs: list["Slot"] = []                # replaced when the task has outputs
+    exec_ns = 0
+    ops_done = 0
+    last_op = 0
+    worker = -1
+    overrun = False
+    drop = False          # skip: the output will not be published
+    abort_req = False     # abort at the next op boundary
+    late_ok = False       # reaction "none" to a miss: publish late, at finish
+
+    def __init__(self, ts: TaskState, index: int, release_ns: int, deadline_ns: int, pkey: tuple) -> None:
+        self.task = ts.task
+        self.index = index
+        self.release_ns = release_ns
+        self.deadline_ns = deadline_ns
+        self.ts = ts
+        self.pkey = pkey
+
+    def __repr__(self) -> str:
+        return f"RunJob({self.ts.name}#{self.index}, r={self.release_ns}, d={self.deadline_ns}, " \
+               f"{STATE_NAMES[self.state]})"

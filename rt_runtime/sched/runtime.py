@@ -1,0 +1,286 @@
+"""Runtime: owns the tasks, channels, clock, policy and workers, and runs cycles (docs/CYCLE.md).
+
+    rt = Runtime([TaskBinding(task, graph, inputs={"points": "/lidar"}, outputs={"objs": "/objects"})],
+                 policy="edf", clock=VirtualClock())
+    rt.push("/lidar", t_ns, points)      # ingress: visible at t_ns (a bag reader, a ROS callback)
+    rt.run_until(1_000_000_000)          # releases, snapshots, runs, publishes, in time order
+    rt.stats()["perception"]["missed"]
+
+Modes: ``threaded=False`` (the default on one worker) runs everything in the calling thread:
+deterministic and thread-free on a VirtualClock, any number of simulated workers; one worker on a
+WallClock. ``threaded=True`` (the default with several workers on a WallClock) runs one thread per
+worker plus a watchdog thread, with the calling thread as timekeeper. Under LET both give the same
+outputs as long as no job misses its deadline.
+
+On a WallClock, logical time 0 is the start of the first ``run_until`` (threads started and set up
+by then), unless the clock was given a fixed epoch; ``push`` timestamps count from there.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..core.task import Task
+from ..device.base import Device
+from ..exec.executor import GraphExecutor
+from .binding import CostModel, TaskBinding, measured_cost
+from .channel import Channel, ChannelConfig, ChannelPolicy
+from .clock import Clock, VirtualClock, WallClock
+from .dispatch import Worker
+from .events import EventSink, NullSink
+from .inline import run_inline
+from .job import TaskState
+from .policy import Policy, as_policy, partition
+from .scheduler import Egress, Scheduler
+from .threads import ThreadPolicy, make_realtime, run_threaded, start_threads, stop_threads
+from .watchdog import StallHook
+
+
+class Runtime:
+    """A scheduler with its clock and workers: ``push`` ingress, ``run_until`` a time, read ``stats``."""
+
+    def __init__(self, tasks: Sequence[TaskBinding | Task], *, policy: Policy | str = "edf",
+                 clock: Clock | None = None, workers: int = 1, threaded: bool | None = None,
+                 channels: Iterable[ChannelConfig | Channel] = (), cost: CostModel | None = None,
+                 sink: EventSink | None = None, egress: Egress | None = None, device: Device | None = None,
+                 realtime: bool | None = None, cpus: Sequence[int] | None = None, rt_priority: int = 50,
+                 max_active: int = 2, stall_after_ns: int | None = None, on_stall: StallHook | None = None,
+                 check_inputs: bool = True, capture: bool = False) -> None:
+        self.clock: Any = clock if clock is not None else VirtualClock()
+        virtual = self.clock.virtual
+        self.threaded = (workers > 1 and not virtual) if threaded is None else threaded
+        if self.threaded and virtual:
+            raise ValueError("threaded workers need a WallClock; a VirtualClock simulates workers inline")
+        if not self.threaded and not virtual and workers > 1:
+            raise ValueError("several workers on a WallClock need threaded=True")
+        if max_active < 1:
+            raise ValueError(f"max_active must be >= 1, found {max_active}")
+        self.realtime = (self.threaded and not virtual) if realtime is None else realtime
+        self.rt_priority = rt_priority
+        self.cost: CostModel = cost if cost is not None else measured_cost
+        self.stall_after_ns = stall_after_ns
+        self.cpus = sorted(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
+        self._stopping = False
+        self._started = False
+        self._closed = False
+        self._wd_thread: Any = None
+        self._driver: int | None = None
+
+        bindings = [b if isinstance(b, TaskBinding) else TaskBinding(b) for b in tasks]
+        names = [b.name for b in bindings]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"task names must be unique; repeated: {dup}")
+        self.policy = as_policy(policy)
+        task_list = [b.task for b in bindings]
+        prios = self.policy.priorities(task_list)
+        where = partition(task_list, workers, {b.name: b.worker for b in bindings if b.worker is not None})
+        self.channels = self._build_channels(channels, bindings)
+
+        states = []
+        for b in bindings:
+            execs = [GraphExecutor(g, device, owner=b.name if g is b.graph else f"{b.name}/fallback",
+                                   check_inputs=check_inputs, capture=capture) if g is not None else None
+                     for g in (b.graph, b.fallback)]
+            ts = TaskState(b, prios[b.name], where[b.name], execs)
+            for gin, chname in sorted(b.inputs.items()):
+                ch = self.channels[chname]
+                rid = ch.add_reader(f"{b.name}.{gin}")
+                ts.readers.append((gin, ch, rid))
+                if chname == b.task.trigger and ts.trigger is None:
+                    ts.trigger, ts.trigger_is_input = (ch, rid), True
+            if b.task.trigger is not None and ts.trigger is None:
+                ch = self.channels[b.task.trigger]
+                ts.trigger = (ch, ch.add_reader(f"{b.name}.trigger"))
+            ts.writers = [(gout, self.channels[chname]) for gout, chname in sorted(b.outputs.items())]
+            states.append(ts)
+        self._reserve(states, max_active)
+
+        self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
+                               egress, max_active)
+        self.sched.watchdog.on_stall = on_stall
+        self.sched.workers = [Worker(i, self.cpus[i % len(self.cpus)] if self.cpus else None)
+                              for i in range(workers)]
+        if not virtual:
+            self.sched.wake = threading.Event()
+        if self.threaded and isinstance(self.clock, WallClock):
+            # The timekeeper holds the GIL while it spins: a long spin starves the workers, they
+            # miss, and the measured lateness (GIL waits) lengthens the spin. Keep it short.
+            self.clock.max_spin_ns = min(self.clock.max_spin_ns, 300_000)
+
+    # ---- set-up -----------------------------------------------------------------------------
+    def _build_channels(self, configs: Iterable[ChannelConfig | Channel],
+                        bindings: list[TaskBinding]) -> dict[str, Channel]:
+        out: dict[str, Channel] = {}
+        for c in configs:
+            ch = c if isinstance(c, Channel) else Channel(c.name, c.policy, c.depth, c.spec)
+            if ch.name in out:
+                raise ValueError(f"channel {ch.name!r} declared twice")
+            out[ch.name] = ch
+        # Channels a binding names but nobody declared: keep-latest, contract from the writer graph.
+        for b in bindings:
+            specs = {s.name: s for s in b.graph.outputs}   # type: ignore[union-attr]
+            for gout, name in sorted(b.outputs.items()):
+                if name not in out:
+                    out[name] = Channel(name, ChannelPolicy.LATEST, 1, specs[gout], check=False)
+        for b in bindings:
+            for name in list(b.inputs.values()) + ([b.task.trigger] if b.task.trigger else []):
+                if name not in out:
+                    out[name] = Channel(name)
+        return out
+
+    def _reserve(self, states: list[TaskState], max_active: int) -> None:
+        """Bound each channel's live messages, so its slots are allocated once, on the first write."""
+        need = {name: 2 for name in self.channels}          # the latest + one write in progress
+        for ch in self.channels.values():
+            if ch.policy is not ChannelPolicy.LATEST:
+                need[ch.name] += (ch.depth + 1) * max(1, len(ch.readers))   # queues + last messages
+        for ts in states:
+            for _, ch, _ in ts.readers:
+                need[ch.name] += max_active                     # snapshots pinned by active jobs
+            if ts.trigger is not None and not ts.trigger_is_input:
+                need[ts.trigger[0].name] += 1
+            waiting = max(1, math.ceil(ts.deadline / ts.period))   # finished, waiting for the deadline
+            for _, ch in ts.writers:
+                need[ch.name] += max_active + waiting
+        for name, n in need.items():
+            self.channels[name].reserve_capacity(n)
+
+    # ---- running ----------------------------------------------------------------------------
+    def push(self, channel: str, t_ns: int, data: Any) -> None:
+        """Ingress: ``data`` becomes visible on ``channel`` at logical ``t_ns`` (held by reference until then)."""
+        s = self.sched
+        if self.threaded:
+            with s.lock:
+                s.push(channel, t_ns, data)
+        elif self._driver is not None and threading.get_ident() != self._driver:
+            if channel not in self.channels:
+                raise KeyError(f"push: no channel named {channel!r}")
+            s.inbox.append((channel, int(t_ns), data))
+            if s.wake is not None:
+                s.wake.set()
+        else:
+            s.push(channel, t_ns, data)
+
+    def run_until(self, t_ns: int) -> None:
+        """Run every cycle up to logical time ``t_ns`` (inclusive), then return."""
+        if self._closed:
+            raise RuntimeError("runtime is closed")
+        saved = ThreadPolicy() if self.realtime else None
+        self._driver = threading.get_ident()
+        try:
+            first = not self._started
+            self._started = True
+            if self.threaded and first:
+                start_threads(self, self.rt_priority if self.realtime else None)
+            if first and isinstance(self.clock, WallClock) and not self.clock.fixed_epoch:
+                self.clock.reset_epoch()   # time 0 is the start of the first run: no release is late
+            if self.threaded:
+                if self.realtime:
+                    make_realtime(None, min(99, self.rt_priority + 1), "timekeeper")
+                switch = sys.getswitchinterval()
+                # A worker woken for a job waits for the GIL up to this long: 5 ms by default.
+                sys.setswitchinterval(min(switch, 0.0005))
+                try:
+                    run_threaded(self, int(t_ns))
+                finally:
+                    sys.setswitchinterval(switch)
+            else:
+                if self.realtime:
+                    make_realtime(self.cpus[:1], self.rt_priority, "runtime thread")
+                run_inline(self.sched, self.clock, self.cost, int(t_ns))
+        finally:
+            self._driver = None
+            if saved is not None:
+                saved.restore()
+
+    def run_for(self, dt_ns: int) -> None:
+        """Run for ``dt_ns`` of logical time from now."""
+        self.run_until(self.clock.now() + int(dt_ns))
+
+    @property
+    def now(self) -> int:
+        """Logical time on the runtime's clock."""
+        return self.clock.now()
+
+    def close(self) -> list[int]:
+        """Stop the worker threads; returns the workers stuck in an op (left behind as daemons)."""
+        if self._closed:
+            return []
+        self._closed = True
+        return stop_threads(self) if self._started and self.threaded else []
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- facts ------------------------------------------------------------------------------
+    def stall_ns(self, ts: TaskState) -> int:
+        """How long one op may run before its worker is reported stalled.
+
+        Default: the task's whole budget, but at least half and at most 90% of its deadline, so
+        an op that never returns is reported within one period of starting (D <= T).
+        """
+        if self.stall_after_ns is not None:
+            return self.stall_after_ns
+        d = ts.deadline
+        return min(max(ts.wcet, d // 2), d - d // 10)
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per-task counters: released, finished, published, missed, overruns, reactions, ..."""
+        with self.sched.lock if self.threaded else _NOLOCK:
+            return self.sched.stats()
+
+    def channel_stats(self) -> dict[str, dict[str, Any]]:
+        """Per-channel counters: writes, drops (per reader), slots, allocations after the first."""
+        return {name: ch.stats() for name, ch in sorted(self.channels.items())}
+
+    def channel(self, name: str) -> Channel:
+        """A channel by name."""
+        return self.channels[name]
+
+    @property
+    def deterministic(self) -> bool:
+        """False once anything made outputs depend on timing (a miss, a ``publish: on_finish`` task)."""
+        return self.sched.deterministic
+
+    @property
+    def nondeterminism(self) -> list[tuple[int, str]]:
+        """Why the run is not deterministic, and from when."""
+        return list(self.sched.nondeterminism)
+
+    @property
+    def errors(self) -> list[tuple[str, int, BaseException]]:
+        """Exceptions raised by ops: (task, job index, error); each ended its job."""
+        return list(self.sched.errors)
+
+    @property
+    def stalled_workers(self) -> dict[int, tuple[str, int, int]]:
+        """Workers stuck in an op now: worker -> (task, job index, detected at)."""
+        return dict(self.sched.watchdog.stalled)
+
+    @property
+    def tasks(self) -> Mapping[str, TaskState]:
+        """The scheduler's task states, by name."""
+        return self.sched.tasks
+
+    def __repr__(self) -> str:
+        mode = "threaded" if self.threaded else "inline"
+        return f"Runtime({len(self.sched.tasks)} tasks, {self.policy.name}, {len(self.sched.workers)} " \
+               f"worker(s) {mode}, {self.clock!r})"
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NOLOCK = _NoLock()

@@ -1,0 +1,304 @@
+"""Scheduler: the pure core of a cycle. Releases, LET snapshots, deadlines and publishes, ingress.
+
+It owns the timeline, a heap of instants at which something happens:
+
+* phase 0, the deadline of a job: publish its outputs (LET write) or declare a miss;
+* phase 1, an ingress message becoming visible on its channel;
+* phase 2, the release of a job (periodic, or triggered by a message), which snapshots inputs.
+
+Entries are ``(t, phase, name, index, payload)`` and unique before the payload, so the order of
+everything at one instant is fixed: publishes, then ingress, then releases, each by name then
+index. Hence a job released at t sees what was published at t. Nothing here sleeps, spawns a
+thread or reads a clock; drivers (``inline``, ``threads``) call it, holding ``lock`` if threaded.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+from collections import deque
+from typing import Any, Callable
+
+from .channel import Channel
+from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
+from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, RunJob, TaskState
+from .policy import Policy
+
+Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
+
+_K = EventKind
+_push = heapq.heappush
+
+
+class Scheduler:
+    """Task and channel state, and the handling of every timeline event (see the module docstring)."""
+
+    def __init__(self, tasks: list[TaskState], channels: dict[str, Channel], policy: Policy,
+                 sink: EventSink, egress: Egress | None, max_active: int) -> None:
+        from .watchdog import Watchdog
+
+        self.tasks = {ts.name: ts for ts in tasks}
+        self.channels = channels
+        self.policy = policy
+        self.fixed = policy.fixed
+        self.sink = sink
+        self.tr = bool(getattr(sink, "enabled", True))
+        self.egress = egress
+        self.max_active = max_active
+        self.workers: list[Any] = []
+        self.timeline: list[tuple] = []
+        self.triggers: dict[str, list[TaskState]] = {}
+        self.lock = threading.Lock()
+        self.inbox: deque[tuple[str, int, Any]] = deque()   # ingress pushed from other threads
+        self.wake: threading.Event | None = None            # set when the timeline gets an earlier entry
+        self.wake_at = 1 << 62                               # the instant the timekeeper sleeps until
+        self.deterministic = True
+        self.nondeterminism: list[tuple[int, str]] = []
+        self.errors: list[tuple[str, int, BaseException]] = []
+        self._ingress_seq = 0
+        self.watchdog = Watchdog(self)
+        for ts in tasks:
+            if ts.triggered:
+                self.triggers.setdefault(ts.task.trigger, []).append(ts)   # type: ignore[arg-type]
+            else:
+                _push(self.timeline, (ts.offset, 2, ts.name, 0, ts))
+            if ts.on_finish:
+                self.mark_nondeterministic(0, f"task '{ts.name}' publishes on finish")
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def emit(self, kind: int, t: int, task: str, index: int, a: int = 0, b: int = 0) -> None:
+        """Forward an event to the sink (callers on hot paths test ``self.tr`` first)."""
+        if self.tr:
+            self.sink.emit(kind, t, task, index, a, b)
+
+    def mark_nondeterministic(self, t: int, why: str) -> None:
+        """From ``t`` on, outputs may depend on timing; say why (first reason first)."""
+        self.deterministic = False
+        if len(self.nondeterminism) < 100:
+            self.nondeterminism.append((t, why))
+
+    def schedule(self, entry: tuple) -> None:
+        """Add a timeline entry; wake a sleeping timekeeper if it is earlier than its wake-up."""
+        _push(self.timeline, entry)
+        if entry[0] < self.wake_at and self.wake is not None:
+            self.wake.set()
+
+    def push(self, channel: str, t_ns: int, data: Any) -> None:
+        """Queue an ingress message, visible on ``channel`` at logical ``t_ns`` (data held by reference)."""
+        if channel not in self.channels:
+            raise KeyError(f"push: no channel named {channel!r} (have: {sorted(self.channels)})")
+        seq = self._ingress_seq
+        self._ingress_seq = seq + 1
+        self.schedule((int(t_ns), 1, channel, seq, data))
+
+    def drain_inbox(self) -> None:
+        """Move messages pushed from other threads onto the timeline."""
+        inbox = self.inbox
+        while inbox:
+            ch, t, data = inbox.popleft()
+            self.push(ch, t, data)
+
+    # ---- the timeline -----------------------------------------------------------------------
+    def process(self, entry: tuple) -> None:
+        """Handle one timeline entry (already popped)."""
+        t, phase, _, _, payload = entry
+        if phase == 2:
+            self.release(payload, t)
+        elif phase == 0:
+            self.deadline(payload, t)
+        else:
+            self._ingress(entry[2], t, payload)
+
+    def _ingress(self, name: str, t: int, data: Any) -> None:
+        ch = self.channels[name]
+        ch.write(t, data)
+        if ch.last_commit_drops and self.tr:
+            self.sink.emit(_K.DROP, t, name, ch.seq - 1, DROP_CHANNEL, ch.last_commit_drops)
+        for ts in self.triggers.get(name, ()):
+            self.trigger(ts, t)
+
+    def trigger(self, ts: TaskState, t: int) -> None:
+        """A new message for an event-triggered task: release it, no sooner than its min inter-arrival."""
+        if ts.pending_release:
+            return   # one release is already due; it will read the newest data
+        r = t if ts.last_release is None else max(t, ts.last_release + ts.period)
+        ts.pending_release = True
+        self.schedule((r, 2, ts.name, ts.next_index, ts))
+
+    def release(self, ts: TaskState, r: int) -> None:
+        """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
+        idx = ts.next_index
+        ts.next_index = idx + 1
+        tr = self.tr
+        if ts.triggered:
+            ts.pending_release = False
+            ts.last_release = r
+        else:
+            _push(self.timeline, (r + ts.period, 2, ts.name, idx + 1, ts))
+        c = ts.c
+        if ts.active >= self.max_active:
+            c["dropped_releases"] += 1
+            if tr:
+                self.sink.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
+            if ts.trigger is not None:
+                ch, rid = ts.trigger
+                s = ch.read(rid)
+                if s is not None:
+                    ch.unpin(s)
+            return
+        job = RunJob(ts, idx, r, r + ts.deadline,
+                     (ts.prio, r + ts.deadline, ts.name, r) if self.fixed else (r + ts.deadline, ts.name, r))
+        c["released"] += 1
+        if tr:
+            self.sink.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
+        if ts.readers:
+            inputs = job.inputs = {}
+            pins = job.pins = []
+            stale = 0
+            for gin, ch, rid in ts.readers:
+                s = ch.read(rid)
+                if ch.last_read_drops and tr:
+                    self.sink.emit(_K.DROP, r, ts.name, idx, DROP_CHANNEL, ch.last_read_drops)
+                if s is None:
+                    for ch2, s2 in pins:
+                        ch2.unpin(s2)
+                    c["no_input"] += 1
+                    if tr:
+                        self.sink.emit(_K.DROP, r, ts.name, idx, DROP_NO_INPUT, 1)
+                    return
+                stale += ch.readers[rid].stale
+                inputs[gin] = s.data
+                pins.append((ch, s))
+            if tr:
+                self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, len(inputs), stale)
+        elif tr:
+            self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, 0, 0)
+        if ts.trigger is not None and not ts.trigger_is_input:
+            ch, rid = ts.trigger
+            s = ch.read(rid)
+            if s is not None:
+                ch.unpin(s)
+        if ts.writers:
+            job.outs = [ch.reserve() for _, ch in ts.writers]
+        mode = ts.mode
+        job.fallback = mode
+        ex = job.executor = ts.executors[mode]
+        job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
+        ts.active += 1
+        _push(self.timeline, (job.deadline_ns, 0, ts.name, idx, job))
+        w = self.workers[ts.worker]
+        _push(w.ready, (job.pkey, job))
+        if w.cond is not None:
+            w.cond.notify()
+        if ts.trigger is not None and ts.trigger[0].unread(ts.trigger[1]):
+            self.trigger(ts, r)   # more queued messages: the next release, one inter-arrival later
+
+    def deadline(self, job: RunJob, t: int) -> None:
+        """At release + deadline: publish a finished job's outputs, or declare a miss and react."""
+        st = job.state
+        ts = job.ts
+        if st == FINISHED:
+            job.state = DONE
+            if not ts.on_finish:
+                self.publish(job, t, False)
+            self.watchdog.clean(job, t)
+        elif st == READY or st == RUNNING or st == PREEMPTED:
+            job.missed = True
+            ts.c["missed"] += 1
+            self.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} missed its deadline")
+            self.emit(_K.MISS, t, ts.name, job.index, job.worker if st != READY else -1, job.ops_done)
+            self.watchdog.react(job, ts.on_miss, t)
+
+    def publish(self, job: RunJob, t: int, at_finish: bool) -> None:
+        """Make a job's outputs visible on its channels at ``t`` (LET write) and hand them to egress."""
+        ts = job.ts
+        egress = self.egress
+        for (gout, ch), slot in zip(ts.writers, job.outs):
+            seq = ch.commit(slot, t)
+            if ch.last_commit_drops and self.tr:
+                self.sink.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)
+            if egress is not None:
+                egress(ch.name, t, seq, slot.data)
+            for tts in self.triggers.get(ch.name, ()):
+                self.trigger(tts, t)
+        job.outs = ()
+        ts.c["published"] += 1
+        if self.tr:
+            self.sink.emit(_K.PUBLISH, t, ts.name, job.index, len(ts.writers), int(at_finish))
+
+    # ---- ends of a job ----------------------------------------------------------------------
+    def fill_outputs(self, job: RunJob) -> None:
+        """Copy the executor's output views into the job's reserved channel slots (at finish)."""
+        outs = job.outs
+        views = job.executor.outputs   # type: ignore[union-attr]
+        for i, (gout, ch) in enumerate(job.ts.writers):
+            outs[i] = ch.fill(outs[i], views[gout])
+
+    def wants_output(self, job: RunJob) -> bool:
+        """False if the output will be dropped anyway (skip, or a late job): then do not copy it."""
+        return not job.drop and (not job.missed or job.late_ok)
+
+    def finish(self, job: RunJob, t: int, worker: int) -> None:
+        """The last op returned (outputs already filled if wanted): publish now or wait for the deadline."""
+        ts = job.ts
+        c = ts.c
+        job.finish_ns = t
+        ts.active -= 1
+        for ch, s in job.pins:
+            ch.unpin(s)
+        job.pins = ()
+        c["finished"] += 1
+        resp = t - job.release_ns
+        if resp > c["max_response_ns"]:
+            c["max_response_ns"] = resp
+        if job.exec_ns > c["max_exec_ns"]:
+            c["max_exec_ns"] = job.exec_ns
+        if self.tr:
+            self.sink.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
+        if not self.wants_output(job):
+            self._cancel_outputs(job)
+            job.state = DONE
+            c["skipped"] += 1
+            if self.tr:
+                self.sink.emit(_K.DROP, t, ts.name, job.index, DROP_OUTPUT, 1)
+        elif job.missed:                  # reaction "none": publish late, on finish
+            job.state = DONE
+            self.publish(job, t, True)
+        elif ts.on_finish:
+            job.state = FINISHED
+            self.publish(job, t, True)
+        else:
+            job.state = FINISHED
+
+    def abort(self, job: RunJob, t: int) -> None:
+        """Cancel a job: at once if it is queued, at its next op boundary if it is running."""
+        st = job.state
+        if st == READY or st == PREEMPTED:
+            self.kill(job, t, -1 if st == READY else job.worker)
+        elif st == RUNNING:
+            job.abort_req = True
+
+    def kill(self, job: RunJob, t: int, worker: int) -> None:
+        """End a job that is not executing now: close its graph run, unpin inputs, free its slots."""
+        ts = job.ts
+        if job.gen is not None:
+            job.gen.close()
+            job.gen = None
+        for ch, s in job.pins:
+            ch.unpin(s)
+        job.pins = ()
+        self._cancel_outputs(job)
+        ts.active -= 1
+        job.aborted = True
+        job.state = ABORTED
+        ts.c["aborted"] += 1
+        self.emit(_K.ABORT, t, ts.name, job.index, worker, job.ops_done)
+
+    def _cancel_outputs(self, job: RunJob) -> None:
+        for (_, ch), slot in zip(job.ts.writers, job.outs):
+            ch.cancel(slot)
+        job.outs = ()
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per-task counters (see ``job.COUNTERS``), by task name."""
+        return {name: ts.stats() for name, ts in sorted(self.tasks.items())}
+

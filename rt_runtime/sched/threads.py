@@ -1,0 +1,239 @@
+"""The threaded driver: a timekeeper (the calling thread), one thread per worker, a watchdog thread.
+
+The timekeeper owns the timeline: it sleeps until the next instant, then releases, snapshots and
+publishes in time order and hands released jobs to their workers' queues. Workers run ops
+outside the lock and take it only at op boundaries. The watchdog thread wakes when a running
+op's budget or stall limit would run out; it never blocks on a worker, so a worker stuck in an
+op that never returns is reported while the others go on.
+
+Worker threads are pinned to a core (``os.sched_setaffinity``) and use SCHED_FIFO where the OS
+permits; where it does not, they run as ordinary threads after a one-line warning.
+"""
+from __future__ import annotations
+
+import ctypes
+import heapq
+import os
+import threading
+import time
+import warnings
+from typing import Any, Iterable
+
+from .dispatch import Worker, complete_op, next_job, run_op
+
+_INF = 1 << 62
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+class ThreadPolicy:
+    """The calling thread's CPU set, scheduling policy and timer slack, saved to restore later."""
+
+    def __init__(self) -> None:
+        self.cpus = os.sched_getaffinity(0)
+        self.policy = os.sched_getscheduler(0)
+        self.param = os.sched_getparam(0)
+
+    def restore(self) -> None:
+        """Put the thread back as it was."""
+        try:
+            os.sched_setscheduler(0, self.policy, self.param)
+            os.sched_setaffinity(0, self.cpus)
+        except OSError:
+            pass
+
+
+def make_realtime(cpus: Iterable[int] | None, priority: int | None, who: str) -> bool:
+    """Pin the calling thread to ``cpus`` and make it SCHED_FIFO at ``priority``; False (and a
+    one-line warning) where the OS refuses."""
+    ok = True
+    if cpus:
+        try:
+            os.sched_setaffinity(0, set(cpus))
+        except OSError as e:
+            ok = False
+            _warn_once(f"rt_runtime.sched: cannot pin {who} to CPUs {sorted(cpus)} ({e}); running unpinned")
+    if priority is not None:
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+        except (OSError, AttributeError) as e:
+            ok = False
+            _warn_once(f"rt_runtime.sched: SCHED_FIFO not permitted for {who} ({e}); running SCHED_OTHER")
+    _set_timer_slack(1)
+    return ok
+
+
+def _set_timer_slack(ns: int) -> None:
+    """Linux adds up to 50 us of 'timer slack' to every sleep of a normal thread; ask for 1 ns."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(29, ctypes.c_ulong(ns), 0, 0, 0)   # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
+
+
+class WorkerThread(threading.Thread):
+    """Runs one worker's jobs, op by op, taking the scheduler lock only at op boundaries."""
+
+    def __init__(self, rt: Any, w: Worker, priority: int | None) -> None:
+        super().__init__(name=f"rt-worker-{w.index}", daemon=True)   # a stalled op must not hang exit
+        self.rt, self.w, self.priority = rt, w, priority
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        rt, w = self.rt, self.w
+        s, clock, wd = rt.sched, rt.clock, rt._wd_thread
+        if rt.realtime:
+            make_realtime([w.cpu] if w.cpu is not None else None, self.priority, f"worker {w.index}")
+        lock, cond = s.lock, w.cond
+        now = clock.now
+        self.ready.set()
+        with lock:
+            job = next_job(s, w, now())
+            while job is None:
+                if rt._stopping:
+                    return
+                cond.wait()
+                job = next_job(s, w, now())
+        while True:
+            t0 = now()
+            w.op_t0 = t0
+            w.op_seq += 1
+            w.in_op = True
+            if wd is not None:
+                wd.watch(t0 + min(max(0, job.ts.wcet - job.exec_ns), rt.stall_ns(job.ts)))
+            idx, done, err = run_op(job)
+            t1 = now()
+            w.in_op = False
+            filled = False
+            if done and err is None and s.wants_output(job) and all(
+                    ch.fits(job.executor.outputs[g]) and slot.index >= 0
+                    for (g, ch), slot in zip(job.ts.writers, job.outs)):
+                s.fill_outputs(job)   # copy outside the lock: the reserved slots are this job's alone
+                filled = True
+            with lock:
+                if w.stalled:
+                    w.stalled = False
+                    s.watchdog.unstall(w.index)
+                complete_op(s, w, job, idx, t0, t1, done, err, filled)
+                job = next_job(s, w, now())
+                while job is None:
+                    if rt._stopping:
+                        return
+                    cond.wait()
+                    job = next_job(s, w, now())
+
+
+class WatchdogThread(threading.Thread):
+    """Catches, while it happens, an op running past its job's budget or never returning."""
+
+    def __init__(self, rt: Any, priority: int | None) -> None:
+        super().__init__(name="rt-watchdog", daemon=True)
+        self.rt, self.priority = rt, priority
+        self.kick = threading.Event()
+        self.wake_at = _INF
+
+    def watch(self, t: int) -> None:
+        """A worker's op may need a look at ``t``: wake up earlier if that is sooner."""
+        if t < self.wake_at:
+            self.wake_at = t
+            self.kick.set()
+
+    def run(self) -> None:
+        rt = self.rt
+        s, clock = rt.sched, rt.clock
+        if rt.realtime:
+            make_realtime(None, None if self.priority is None else self.priority, "watchdog")
+        while not rt._stopping:
+            nxt = _INF
+            self.kick.clear()   # before the scan: a kick during it must not be lost
+            with s.lock:
+                now = clock.now()
+                for w in s.workers:
+                    job = w.current
+                    if job is None or not w.in_op:
+                        continue
+                    t0, ts = w.op_t0, job.ts
+                    if not job.overrun:
+                        at = t0 + ts.wcet - job.exec_ns
+                        if now >= at:   # the budget is spent now, mid-op; the op is booked when it ends
+                            s.watchdog.overrun(job, now, job.exec_ns + now - t0)
+                        else:
+                            nxt = min(nxt, at)
+                    if not w.stalled:
+                        at = t0 + rt.stall_ns(ts)
+                        if now >= at:
+                            w.stalled = True
+                            s.watchdog.stall(w.index, job, now)
+                        else:
+                            nxt = min(nxt, at)
+                self.wake_at = nxt
+            if nxt != _INF:
+                delay = (nxt - clock.now()) * 1e-9
+                if delay > 0:
+                    self.kick.wait(delay)
+            else:
+                self.kick.wait(0.1)
+
+
+def run_threaded(rt: Any, t_end: int) -> None:
+    """Be the timekeeper until logical time ``t_end``: release, snapshot, publish, in time order."""
+    s, clock = rt.sched, rt.clock
+    tl = s.timeline
+    wake = s.wake
+    pop = heapq.heappop
+    while True:
+        wake.clear()
+        with s.lock:
+            if s.inbox:
+                s.drain_inbox()
+            now = clock.now()
+            while tl and tl[0][0] <= now and tl[0][0] <= t_end:
+                s.process(pop(tl))
+            t = tl[0][0] if tl else _INF
+            nxt = t if t < t_end else t_end
+            s.wake_at = nxt
+        if nxt <= now:
+            break
+        clock.sleep_until(nxt, wake)
+    s.wake_at = _INF
+
+
+def start_threads(rt: Any, priority: int | None) -> None:
+    """Start one thread per worker and the watchdog thread."""
+    s = rt.sched
+    rt._wd_thread = WatchdogThread(rt, None if priority is None else min(99, priority + 2))
+    for w in s.workers:
+        w.cond = threading.Condition(s.lock)
+        w.thread = WorkerThread(rt, w, priority)
+    rt._wd_thread.start()
+    for w in s.workers:
+        w.thread.start()
+    for w in s.workers:   # set up (pinned, SCHED_FIFO) before time starts: the first release is not late
+        w.thread.ready.wait(5.0)
+
+
+def stop_threads(rt: Any, timeout: float = 1.0) -> list[int]:
+    """Ask every thread to stop; returns the workers that did not (stuck in an op)."""
+    rt._stopping = True
+    s = rt.sched
+    with s.lock:
+        for w in s.workers:
+            if w.cond is not None:
+                w.cond.notify_all()
+    if rt._wd_thread is not None:
+        rt._wd_thread.kick.set()
+        rt._wd_thread.join(timeout)
+    stuck = []
+    deadline = time.monotonic() + timeout
+    for w in s.workers:
+        if w.thread is not None:
+            w.thread.join(max(0.0, deadline - time.monotonic()))
+            if w.thread.is_alive():
+                stuck.append(w.index)
+    return stuck

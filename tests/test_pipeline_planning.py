@@ -1,0 +1,210 @@
+"""Prediction and planning through GraphExecutor: lane keeping, speed, obstacles, minimal-risk fallback, jerk."""
+import math
+
+import pytest
+import torch
+
+from pipelines import schema
+from pipelines.geometry import RoadLayout, route_from_road
+from pipelines.planning import PlannerParams, build_minimal_risk_graph, build_planning_graph
+from pipelines.prediction import build_prediction_graph
+from rt_runtime.exec import GraphExecutor
+
+DT = schema.DT_S
+ROUTE = torch.stack((torch.arange(0.0, 600.0, 2.0), torch.zeros(300)), 1)   # straight, along +x
+R_ARC = 120.0
+_th = torch.linspace(-0.3, 2.0, 300)
+ARC = torch.stack((R_ARC * torch.sin(_th), R_ARC - R_ARC * torch.cos(_th)), 1)  # left curve, centre (0, R)
+ONE = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread, as a runtime worker has: the CI machine is small and shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+def scene(obstacles=(), ego=(50.0, 0.0, 0.0, 10.0), route=ROUTE, t=0.0, last=None):
+    """Planner inputs: static obstacles (x, y) with car size, their (static) predictions."""
+    tracks = torch.zeros(schema.MAX_TRACKS, len(schema.TRACK_COLS))
+    pred = torch.zeros(schema.MAX_TRACKS, schema.HORIZON, 2)
+    for i, (x, y) in enumerate(obstacles):
+        tracks[i, [0, 2, 3, 7, 8]] = torch.tensor([i + 1, x, y, 4.6, 1.9])
+        pred[i] = torch.tensor([x, y])
+    return {"odom": torch.tensor([*ego, 0.0, t], dtype=torch.float64), "route": route, "route_count": ONE(len(route)),
+            "tracks": tracks, "predictions": pred, "confirmed_count": ONE(len(obstacles)),
+            "last_trajectory": torch.zeros(schema.TRAJ_POINTS, len(schema.TRAJ_COLS)) if last is None else last}
+
+
+@pytest.fixture(scope="module")
+def planner():
+    return GraphExecutor(build_planning_graph(target_speed=10.0))
+
+
+def plan(ex, **kw):
+    out = ex.run(scene(**kw))
+    return out["trajectory"].clone(), int(out["plan_status"]), float(out["plan_cost"])
+
+
+def jerk(v):
+    return torch.diff(v, n=3) / DT ** 3
+
+
+def min_gap(traj, obstacles):
+    """Smallest centre distance between the plan and any obstacle over time."""
+    return min(float((traj[:, :2] - torch.tensor(o)).norm(dim=1).min()) for o in obstacles)
+
+
+def test_empty_road_keeps_lane_and_target_speed(planner):
+    traj, status, cost = plan(planner)
+    assert status == 0 and math.isfinite(cost)
+    assert traj[:, 1].abs().max() < 0.05 and traj[:, 2].abs().max() < 0.01
+    assert torch.allclose(traj[:, 3], torch.full((schema.TRAJ_POINTS,), 10.0), atol=0.05)
+    assert torch.allclose(traj[:, 4], torch.arange(schema.TRAJ_POINTS) * DT)
+    assert torch.allclose(torch.diff(traj[:, 0]), torch.full((schema.TRAJ_POINTS - 1,), 1.0), atol=0.02)
+
+
+def test_accelerates_towards_target_speed_within_limits(planner):
+    traj, status, _ = plan(planner, ego=(50.0, 0.0, 0.0, 4.0))
+    v = traj[:, 3]
+    assert status == 0 and v[-1] > 6.0 and (torch.diff(v) >= -1e-4).all()
+    assert (torch.diff(v) / DT).max() <= PlannerParams().max_accel + 1e-3
+    assert jerk(v).abs().max() <= PlannerParams().max_jerk + 1e-2
+
+
+def test_keeps_its_lane_on_a_curved_road():
+    ex = GraphExecutor(build_planning_graph(target_speed=12.0))
+    a = 0.4
+    x, y = R_ARC * math.sin(a), R_ARC - R_ARC * math.cos(a)
+    traj, status, _ = plan(ex, route=ARC, ego=(x, y, a, 12.0))
+    radius = (traj[:, 0] ** 2 + (traj[:, 1] - R_ARC) ** 2).sqrt()
+    assert status == 0 and (radius - R_ARC).abs().max() < 0.1        # on the centre lane, not on the tangent
+    assert (torch.diff(traj[:, 2]) > 0).all()                        # heading turns left with the road
+    inner = GraphExecutor(build_planning_graph(target_speed=12.0, road=RoadLayout(3.5, (3.5,), (1,))))
+    r = R_ARC - 3.5                                                   # a lane 3.5 m inside the route
+    traj, _, _ = plan(inner, route=ARC, ego=(r * math.sin(a), R_ARC - r * math.cos(a), a, 12.0))
+    step = (traj[1:, :2] - traj[:-1, :2]).norm(dim=1)
+    assert torch.allclose(step, (traj[1:, 3] + traj[:-1, 3]) / 2 * DT, atol=5e-3)   # v is the speed driven
+
+
+def test_queues_behind_a_static_obstacle_in_its_lane(planner):
+    obstacle = [(95.0, 0.0)]                                          # 45 m ahead at 10 m/s
+    traj, status, _ = plan(planner, obstacles=obstacle)
+    assert status == 0 and traj[:, 1].abs().max() < 0.05              # stays in its lane...
+    assert (torch.diff(traj[:, 3]) <= 1e-4).all() and traj[-1, 3] < 6.0   # ...and brakes for it
+    assert min_gap(traj, obstacle) > 2 * 1.22
+
+
+def test_overtakes_a_static_obstacle_when_told_to(planner):
+    overtaking = GraphExecutor(build_planning_graph(target_speed=10.0, w_lead=1.0))
+    for x in (95.0, 110.0):                                           # 45 and 60 m ahead
+        traj, status, _ = plan(overtaking, obstacles=[(x, 0.0)])
+        assert status == 0 and abs(float(traj[-1, 1])) > 2.5 and traj[-1, 3] > 3.0   # a neighbouring lane
+        assert min_gap(traj, [(x, 0.0)]) > 2 * 1.22                   # the covering circles never touch
+        assert jerk(traj[:, 1]).abs().max() <= PlannerParams().max_jerk + 0.5
+
+
+def test_keeps_a_safe_distance_to_a_slower_leader(planner):
+    """A leader at 5 m/s 20 m ahead: the plan slows towards its speed instead of running into it."""
+    s = scene()
+    s["tracks"][0, [0, 2, 3, 4, 7, 8]] = torch.tensor([1.0, 70.0, 0.0, 5.0, 4.6, 1.9])
+    s["predictions"][0] = torch.stack((70.0 + 5.0 * DT * torch.arange(1, schema.HORIZON + 1), torch.zeros(30)), 1)
+    s["confirmed_count"] = ONE(1)
+    out = planner.run(s)
+    traj = out["trajectory"]
+    assert int(out["plan_status"]) == 0 and traj[:, 1].abs().max() < 0.05 and traj[-1, 3] < 7.0
+    gap = s["predictions"][0, :, 0] - traj[1:, 0] - 4.6                 # bumper to bumper
+    assert gap.min() > 2.0
+
+
+def test_consecutive_plans_continue_the_acceleration(planner):
+    first, _, _ = plan(planner, obstacles=[(95.0, 0.0)])
+    x, y, yaw, v = (float(a) for a in first[1, :4])                    # the ego followed the plan for one step
+    second, _, _ = plan(planner, obstacles=[(95.0, 0.0)], ego=(x, y, yaw, v), last=first)
+    a_first = (first[2, 3] - first[1, 3]) / DT
+    a_second = (second[1, 3] - second[0, 3]) / DT
+    assert a_first < -0.5 and abs(float(a_second - a_first)) < 0.3    # no restart from zero acceleration
+
+
+def test_all_lanes_blocked_gives_the_minimal_risk_stop(planner):
+    wall = [(65.0, -3.5), (65.0, 0.0), (65.0, 3.5)]
+    traj, status, cost = plan(planner, obstacles=wall)
+    assert status == 1 and cost == math.inf
+    mrm = GraphExecutor(build_minimal_risk_graph()).run(scene())
+    assert torch.equal(traj, mrm["trajectory"]) and int(mrm["plan_status"]) == 1
+
+
+def test_opposing_lanes_are_not_planned_into():
+    road = RoadLayout(3.5, (-1.75, 1.75), (1, -1))                   # two-lane street, left lane oncoming
+    ex = GraphExecutor(build_planning_graph(road=road, target_speed=10.0, w_lead=2.0))   # keen to overtake
+    traj, status, _ = plan(ex, obstacles=[(95.0, -1.75)], ego=(50.0, -1.75, 0.0, 10.0))
+    assert traj[:, 1].max() < 0.0                                     # never across the centre line
+    assert status == 0 and traj[-1, 3] < 6.0                          # so it brakes behind the obstacle
+
+
+@pytest.mark.parametrize("v0", [0.0, 6.0, 10.0, 20.0])
+def test_minimal_risk_decelerates_monotonically_within_its_limit(v0):
+    p = PlannerParams()
+    a = 0.3
+    ex = GraphExecutor(build_minimal_risk_graph(mrm_decel=p.mrm_decel))
+    r = R_ARC - 1.0                                                   # 1 m left of the route, on the curve
+    odom = torch.tensor([r * math.sin(a), R_ARC - r * math.cos(a), a, v0, 0, 0], dtype=torch.float64)
+    out = ex.run({"odom": odom, "route": ARC, "route_count": ONE(len(ARC))})
+    traj = out["trajectory"]
+    v = traj[:, 3]
+    assert v[0] == pytest.approx(v0) and (torch.diff(v) <= 1e-6).all()
+    assert (-torch.diff(v) / DT).max() <= p.mrm_decel + 1e-3
+    if v0 <= p.mrm_decel * (schema.TRAJ_POINTS - 1) * DT:
+        assert v[-1] == 0.0
+    step = (traj[1:, :2] - traj[:-1, :2]).norm(dim=1)
+    assert torch.allclose(step, (v[1:] + v[:-1]) / 2 * DT, atol=1e-2)   # positions match the speeds
+    radius = (traj[:, 0] ** 2 + (traj[:, 1] - R_ARC) ** 2).sqrt()
+    assert (radius - radius[0]).abs().max() < 0.05                   # it stays on its lane along the curve
+
+
+def test_minimal_risk_without_a_route_brakes_along_the_heading():
+    ex = GraphExecutor(build_minimal_risk_graph())
+    odom = torch.tensor([10.0, 5.0, math.pi / 4, 8.0, 0, 0], dtype=torch.float64)
+    traj = ex.run({"odom": odom, "route": ARC, "route_count": ONE(0)})["trajectory"]
+    d = traj[:, :2] - torch.tensor([10.0, 5.0])
+    assert (d[:, 0] - d[:, 1]).abs().max() < 1e-3 and d[-1].norm() == pytest.approx(64 / 7, abs=0.05)
+
+
+def test_lane_aware_prediction_follows_the_curve_and_oncoming_traffic():
+    ex = GraphExecutor(build_prediction_graph(road=RoadLayout.uniform(2)))
+    tracks = torch.zeros(schema.MAX_TRACKS, len(schema.TRACK_COLS))
+    a = 0.5
+    for i, (d, v) in enumerate(((1.75, 15.0), (-1.75, -10.0))):
+        r = R_ARC - d
+        tracks[i, 2:6] = torch.tensor([r * math.sin(a), R_ARC - r * math.cos(a), v * math.cos(a), v * math.sin(a)])
+    tracks[2, 2:6] = torch.tensor([30.0, 5.0, 0.0, -1.5])            # a pedestrian crossing: straight line
+    r = R_ARC + 6.0                                                   # a cyclist on the shoulder, along the road
+    tracks[3, 2:6] = torch.tensor([r * math.sin(a), R_ARC - r * math.cos(a), 5 * math.cos(a), 5 * math.sin(a)])
+    pred = ex.run({"tracks": tracks, "confirmed_count": ONE(4), "route": ARC, "route_count": ONE(len(ARC))})[
+        "predictions"]
+    radius = (pred[:2, :, 0] ** 2 + (pred[:2, :, 1] - R_ARC) ** 2).sqrt()
+    assert (radius[0] - (R_ARC - 1.75)).abs().max() < 0.05 and (radius[1] - (R_ARC + 1.75)).abs().max() < 0.05
+    travelled = (pred[:2, -1] - tracks[:2, 2:4]).norm(dim=1)
+    assert travelled[0] == pytest.approx(15 * 3.0, rel=0.01) and travelled[1] == pytest.approx(10 * 3.0, rel=0.01)
+    assert torch.allclose(pred[2, -1], torch.tensor([30.0, 5.0 - 1.5 * 3.0]), atol=1e-4)
+    shoulder = (pred[3, :, 0] ** 2 + (pred[3, :, 1] - R_ARC) ** 2).sqrt()
+    assert (shoulder - (R_ARC + 6.0)).abs().max() < 0.05               # stays on the shoulder, not pulled in
+    assert pred[4:].abs().sum() == 0
+
+
+def test_sim_road_geometry_is_understood():
+    road_mod = pytest.importorskip("rt_runtime.sim.road")
+    road = road_mod.Road(((100, 0.0), (200, 1 / 150), (300, 0.0)), directions=(1, 1, -1), lane_width=3.5)
+    layout = RoadLayout.like(road)
+    assert layout.centers == pytest.approx([road.lane_center(i) for i in range(3)]) and layout.directions == (1, 1, -1)
+    route = route_from_road(road)
+    assert route.shape[0] <= schema.MAX_ROUTE
+    s = 150.0
+    x, y, h = road.pose(s, road.lane_center(0))
+    ex = GraphExecutor(build_planning_graph(road=road, target_speed=12.0))
+    traj, status, _ = plan(ex, route=route, ego=(float(x), float(y), float(h), 12.0))
+    xs, ys, _ = road.pose(s + 18.0, road.lane_center(0))
+    assert status == 0 and math.hypot(float(traj[15, 0]) - xs, float(traj[15, 1]) - ys) < 0.3

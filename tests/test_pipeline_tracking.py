@@ -1,0 +1,205 @@
+"""The tracker through GraphExecutor: Kalman convergence, stable ids, track life, ego-motion compensation, purity."""
+import math
+
+import pytest
+import torch
+
+from pipelines import schema
+from pipelines.fusion import F, SRC_LIDAR, SRC_RADAR
+from pipelines.tracking import (STATE_FEEDBACK, TrackerParams, build_fusion_tracking_graph, build_tracking_graph,
+                                initial_tracker_state, tracker_feedback)
+from rt_runtime.exec import GraphExecutor
+
+T = {c: i for i, c in enumerate(schema.TRACK_COLS)}
+DT = 0.1
+
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread, as a runtime worker has: the CI machine is small and shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+def fused(objects, vr=None):
+    """Fused-object rows (base_link) for (x, y) LiDAR detections; optional Doppler per object."""
+    f = torch.zeros(schema.MAX_FUSED, len(schema.FUSED_COLS))
+    for i, (x, y) in enumerate(objects):
+        f[i, [F["x"], F["y"], F["z"], F["l"], F["w"], F["h"], F["score"], F["src"]]] = torch.tensor(
+            [x, y, 0.75, 4.5, 1.9, 1.5, 0.9, SRC_LIDAR])
+        if vr is not None:
+            f[i, F["vr"]], f[i, F["has_vr"]] = vr[i], 1.0
+            f[i, F["src"]] += SRC_RADAR
+    return f, torch.tensor([len(objects)], dtype=torch.int32)
+
+
+class Tracker:
+    """Runs the tracking graph frame by frame, feeding the state back as the runtime's channel would."""
+
+    def __init__(self, **params):
+        self.ex = GraphExecutor(build_tracking_graph(**params))
+        self.state = initial_tracker_state()
+
+    def step(self, objects, t, ego=(0.0, 0.0, 0.0, 0.0, 0.0), vr=None):
+        f, n = fused(objects, vr)
+        odom = torch.tensor([*ego, t], dtype=torch.float64)
+        out = self.ex.run({"fused": f, "fused_count": n, "odom": odom, **self.state})
+        self.state = tracker_feedback(out)
+        return {k: v.clone() for k, v in out.items()}
+
+
+def confirmed(out):
+    return out["tracks"][: int(out["confirmed_count"])]
+
+
+def test_kalman_follows_a_constant_velocity_target():
+    g = torch.Generator().manual_seed(1)
+    trk = Tracker(accel_std=0.5)  # a constant-velocity target: little process noise is the right model
+    for k in range(50):
+        t = k * DT
+        truth = torch.tensor([10 + 6 * t, -3 + 1.5 * t])
+        out = trk.step([tuple((truth + 0.15 * torch.randn(2, generator=g)).tolist())], t)
+    tr = confirmed(out)
+    assert tr.shape[0] == 1
+    assert torch.allclose(tr[0, T["vx"]:T["vy"] + 1], torch.tensor([6.0, 1.5]), atol=0.4)
+    assert (tr[0, T["x"]:T["y"] + 1] - truth).norm() < 0.3
+    assert torch.linalg.eigvalsh(out["track_cov"][0].double()).min() > 0  # covariance stays positive definite
+
+
+def test_ids_stay_stable_for_two_crossing_targets():
+    g = torch.Generator().manual_seed(2)
+    trk = Tracker()
+    a0, va = torch.tensor([10.0, -5.0]), torch.tensor([5.0, 2.5])
+    b0, vb = torch.tensor([10.0, 5.0]), torch.tensor([5.0, -2.5])
+    seen = {"a": set(), "b": set()}
+    for k in range(45):  # the paths cross at t = 2 s (frame 20)
+        t = k * DT
+        a, b = a0 + va * t, b0 + vb * t
+        dets = [a + 0.1 * torch.randn(2, generator=g), b + 0.1 * torch.randn(2, generator=g)]
+        order = dets[::-1] if k % 2 else dets  # detection order must not decide the ids
+        out = trk.step([tuple(d.tolist()) for d in order], t)
+        tr = confirmed(out)
+        if k >= 5:
+            assert tr.shape[0] == 2
+            if (a - b).norm() < 1.0:  # at the crossing itself "nearest to the truth" is no test of identity
+                continue
+            for name, truth in (("a", a), ("b", b)):
+                near = (tr[:, T["x"]:T["y"] + 1] - truth).norm(dim=1).argmin()
+                seen[name].add(int(tr[near, T["id"]]))
+    assert len(seen["a"]) == 1 and len(seen["b"]) == 1 and seen["a"] != seen["b"]
+    vel = {int(r[T["id"]]): r[T["vx"]:T["vy"] + 1] for r in confirmed(out)}
+    assert torch.allclose(vel[seen["a"].pop()], va, atol=0.5)
+    assert torch.allclose(vel[seen["b"].pop()], vb, atol=0.5)
+
+
+def test_birth_after_m_hits_and_death_after_k_misses():
+    m, k_miss = 3, 4
+    trk = Tracker(confirm_hits=m, max_misses=k_miss)
+    t = 0.0
+    for i in range(m):
+        out = trk.step([(20.0, 1.0)], t)
+        t += DT
+        assert int(out["track_count"]) == 1
+        assert int(out["confirmed_count"]) == (1 if i == m - 1 else 0), f"hit {i + 1}"
+    tid = int(out["tracks"][0, T["id"]])
+    for i in range(k_miss):
+        out = trk.step([], t)
+        t += DT
+        alive = int(out["track_count"])
+        assert alive == (1 if i < k_miss - 1 else 0), f"miss {i + 1}"
+        if alive:
+            assert int(out["tracks"][0, T["id"]]) == tid and out["tracks"][0, T["misses"]] == i + 1
+    assert out["tracks"].abs().sum() == 0  # rows past the count are zeroed, not stale
+
+
+def test_tentative_track_dies_on_its_first_miss_and_ids_are_not_reused():
+    trk = Tracker(confirm_hits=3)
+    trk.step([(20.0, 1.0)], 0.0)
+    out = trk.step([], 0.1)
+    assert int(out["track_count"]) == 0
+    out = trk.step([(5.0, -2.0)], 0.2)
+    assert int(out["tracks"][0, T["id"]]) == 2 and int(out["next_id"]) == 3
+
+
+def test_ego_motion_compensation_keeps_a_static_object_static():
+    """The ego drives a left curve; a static map object, seen from base_link, must stay put in the map."""
+    obj = torch.tensor([40.0, 15.0], dtype=torch.float64)
+    v, w = 8.0, 0.25
+    trk = Tracker()
+    for k in range(30):
+        t = k * DT
+        yaw = w * t
+        ego = torch.tensor([v / w * math.sin(yaw), v / w * (1 - math.cos(yaw))], dtype=torch.float64)
+        c, s = math.cos(yaw), math.sin(yaw)
+        rel = torch.tensor([[c, s], [-s, c]], dtype=torch.float64) @ (obj - ego)   # map -> base_link
+        u = rel / rel.norm()
+        # Doppler of a static target seen from the moving base_link: -(v_sensor . u), sensor at origin.
+        vr = -(v * u[0]).item()
+        out = trk.step([tuple(rel.tolist())], t, ego=(ego[0].item(), ego[1].item(), yaw, v, w), vr=[vr])
+    tr = confirmed(out)
+    assert tr.shape[0] == 1
+    assert (tr[0, T["x"]:T["y"] + 1].double() - obj).norm() < 0.1
+    assert tr[0, T["vx"]:T["vy"] + 1].norm() < 0.2
+
+
+def test_doppler_speeds_up_velocity_convergence():
+    """A receding target with radar range rate: velocity known along the bearing after few frames."""
+    with_vr, without = Tracker(), Tracker()
+    for k in range(4):
+        t = k * DT
+        x = 20 + 10 * t
+        a = with_vr.step([(x, 0.0)], t, vr=[10.0])
+        b = without.step([(x, 0.0)], t)
+    assert abs(float(a["tracks"][0, T["vx"]]) - 10) < 0.5
+    assert abs(float(a["tracks"][0, T["vx"]]) - 10) < abs(float(b["tracks"][0, T["vx"]]) - 10)
+
+
+@pytest.mark.parametrize("assignment", ["hungarian", "greedy"])
+def test_job_is_pure_equal_inputs_give_bit_equal_outputs(assignment):
+    f, n = fused([(10.0, 1.0), (25.0, -3.0), (18.0, 6.0)])
+    state = initial_tracker_state()
+    state = {**state, "last_t_in": torch.tensor([0.0], dtype=torch.float64)}
+    inputs = {"fused": f, "fused_count": n, "odom": torch.tensor([1, 2, 0.3, 5, 0.1, 0.1], dtype=torch.float64),
+              **state}
+    before = {k: v.clone() for k, v in inputs.items()}
+    g = build_tracking_graph(assignment=assignment)
+    one, two = GraphExecutor(g).run(inputs), GraphExecutor(g).run(inputs)
+    for name in STATE_FEEDBACK:
+        assert torch.equal(one[name], two[name]), name
+    for k, v in before.items():
+        assert torch.equal(v, inputs[k]) or (v.isnan().all() and inputs[k].isnan().all()), f"{k} was modified"
+
+
+def test_fusion_and_tracking_as_one_graph():
+    g = build_fusion_tracking_graph(tracker=TrackerParams(confirm_hits=2))
+    ex = GraphExecutor(g)
+    boxes = torch.zeros(schema.MAX_BOXES, len(schema.BOX_COLS))
+    boxes[0] = torch.tensor([20.0, 2.0, 0.8, 4.5, 1.9, 1.6, 0.0, 0.8])
+    radar = torch.zeros(schema.MAX_RADAR_OBJECTS, len(schema.RADAR_OBJ_COLS))
+    radar[0] = torch.tensor([20.5, 2.1, -3.0, -3.0, 0.0, 10.0, 4.0, 0.7])
+    state = initial_tracker_state()
+    one = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
+    for k in range(2):
+        out = ex.run({"boxes": boxes, "box_count": one(1), "radar_objects": radar, "radar_object_count": one(1),
+                      "camera_boxes": torch.zeros(schema.MAX_CAMERA_BOXES, len(schema.CAM_COLS)),
+                      "camera_box_count": one(0), "odom": torch.tensor([0, 0, 0, 0, 0, k * DT], dtype=torch.float64),
+                      **state})
+        state = tracker_feedback(out)
+    assert int(out["confirmed_count"]) == 1 and int(out["track_count"]) == 1  # radar cluster merged into the box
+    assert ex.pools  # planned statically
+
+
+def test_rows_past_the_counts_are_never_read():
+    """Garbage (NaN) past every count, in detections and in the state, must not leak into the outputs."""
+    f, n = fused([(10.0, 1.0)], vr=[-2.0])
+    f[1:] = math.nan
+    state = initial_tracker_state()
+    state["tracks_in"][:] = math.nan
+    state["track_cov_in"][:] = math.nan
+    out = GraphExecutor(build_tracking_graph()).run(
+        {"fused": f, "fused_count": n, "odom": torch.tensor([0, 0, 0, 3, 0, 0], dtype=torch.float64), **state})
+    assert int(out["track_count"]) == 1
+    assert torch.isfinite(out["tracks"]).all() and torch.isfinite(out["track_cov"]).all()
+    assert out["tracks"][1:].abs().sum() == 0
