@@ -12,7 +12,8 @@ import sys
 
 # name -> one-line help. Order is the order `--help` lists them.
 COMMANDS = {
-    "demo": "run the main job on the built-in scenario and report what it showed",
+    "demo": "replay the built-in scenario through the reference stack and print its deadline report",
+    "replay": "replay a recorded bag through the stack: outputs, deadline report, determinism digest",
     "check": "schedulability analysis of a configuration (exit 0 schedulable, 1 not, 2 invalid)",
     "sim": "simulate a driving scenario and record its sensors and ground truth as a rosbag2 bag",
 }
