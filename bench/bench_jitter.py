@@ -85,6 +85,7 @@ def run_rclpy(n: int, kind: str) -> list[int]:
         if len(late) >= n and not fut.done():
             fut.set_result(True)
 
+    cb.__annotations__["info"] = TimerInfo   # rclpy finds the TimerInfo parameter by annotation
     node.create_timer(PERIOD_NS / 1e9, cb)
     ex = SingleThreadedExecutor() if kind == "st" else EventsExecutor()
     ex.add_node(node)

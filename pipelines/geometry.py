@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+from scipy.optimize import linear_sum_assignment  # at import: a first use mid-job would stall it
 
 from rt_runtime import TensorSpec
 
@@ -119,8 +120,6 @@ def greedy_assign(cost: torch.Tensor, rounds: int = 16) -> tuple[torch.Tensor, t
 
 def hungarian_assign(cost: torch.Tensor) -> torch.Tensor:
     """Optimal (minimum total cost) row->col matching with scipy on the host; inf = forbidden."""
-    from scipy.optimize import linear_sum_assignment
-
     c = cost.detach().to("cpu", torch.float64)
     finite = torch.isfinite(c)
     r2c = torch.full((cost.shape[0],), -1, dtype=torch.long)

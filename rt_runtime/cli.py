@@ -54,4 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the package's copy of this module, so commands raising rt_runtime.cli.UsageError match it.
+    from rt_runtime.cli import main as _main
+
+    sys.exit(_main())

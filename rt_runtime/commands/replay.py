@@ -59,10 +59,9 @@ def print_summary(r: Any, out: Any = sys.stdout) -> None:
         print(f"quality: collision-free {f(plan.get('collision_free_rate'))} of {plan.get('trajectories', 0)} plans, "
               f"min clearance {f(plan.get('min_clearance_m'), ' m')}; detection precision "
               f"{f(det.get('precision'))}, recall {f(det.get('recall'))}", file=out)
-    errors = sum(int(s.get("errors", 0)) + int(s.get("stalls", 0)) for s in r.stats.values())
-    verdict = "deterministic: no deadline missed" if r.deterministic else \
-        f"NOT deterministic: {r.misses} deadline miss(es), {errors} failed job(s); outputs after the first " \
-        "depend on timing"
+    verdict = "deterministic: no deadline missed, no timing fault" if r.deterministic else \
+        f"NOT deterministic: {r.misses} deadline miss(es), {r.timing_faults} timing fault(s) in all; outputs " \
+        "after the first depend on timing"
     print(f"output digest {r.output_digest[:16]}…  {verdict}", file=out)
 
 

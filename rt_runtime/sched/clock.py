@@ -79,19 +79,28 @@ class WallClock:
 
     virtual = False
 
-    def __init__(self, *, epoch_ns: int | None = None, spin_ns: int = 200_000, max_spin_ns: int = 1_000_000) -> None:
+    def __init__(self, *, epoch_ns: int | None = None, spin_ns: int = 200_000, max_spin_ns: int = 1_000_000,
+                 rate: float = 1.0) -> None:
+        if not rate > 0:
+            raise ValueError(f"WallClock: rate must be positive, found {rate}")
+        # rate > 1 runs logical time faster than the wall (a replay at X times real time).
+        self.rate = float(rate)
         self.epoch_ns = _mono() if epoch_ns is None else int(epoch_ns)
         self.fixed_epoch = epoch_ns is not None   # else a runtime makes time 0 the start of its first run
         self._sleep_late = _Overshoot(spin_ns, 30_000, max_spin_ns)
         self._wait_late = _Overshoot(spin_ns + 100_000, 30_000, max_spin_ns)
 
     def now(self) -> int:
-        """Nanoseconds since the epoch."""
-        return _mono() - self.epoch_ns
+        """Nanoseconds since the epoch (scaled by ``rate``)."""
+        if self.rate == 1.0:
+            return _mono() - self.epoch_ns
+        return int((_mono() - self.epoch_ns) * self.rate)
 
     def to_logical(self, mono_ns: int) -> int:
         """A ``time.monotonic_ns()`` reading on this clock's time line."""
-        return mono_ns - self.epoch_ns
+        if self.rate == 1.0:
+            return mono_ns - self.epoch_ns
+        return int((mono_ns - self.epoch_ns) * self.rate)
 
     def reset_epoch(self, epoch_ns: int | None = None) -> None:
         """Make logical time 0 now (or at the given monotonic instant)."""
@@ -114,7 +123,7 @@ class WallClock:
 
     def sleep_until(self, t_ns: int, wake: threading.Event | None = None) -> bool:
         """Sleep until logical ``t_ns``; return True early if ``wake`` gets set."""
-        target = t_ns + self.epoch_ns
+        target = (t_ns if self.rate == 1.0 else -int(-t_ns // self.rate)) + self.epoch_ns
         est = self._sleep_late if wake is None else self._wait_late
         coarse = target - est.margin()
         now = _mono()

@@ -39,7 +39,7 @@ class Scheduler:
         self.tasks = {ts.name: ts for ts in tasks}
         self.channels = channels
         self.policy = policy
-        self.fixed = policy.fixed
+        self.key = policy.key   # the one definition of the ready-queue order
         self.sink = sink
         self.tr = bool(getattr(sink, "enabled", True))
         self.egress = egress
@@ -145,8 +145,8 @@ class Scheduler:
                 if s is not None:
                     ch.unpin(s)
             return
-        job = RunJob(ts, idx, r, r + ts.deadline,
-                     (ts.prio, r + ts.deadline, ts.name, r) if self.fixed else (r + ts.deadline, ts.name, r))
+        d = r + ts.deadline
+        job = RunJob(ts, idx, r, d, self.key(ts.prio, d, ts.name, r))
         c["released"] += 1
         if tr:
             self.sink.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
