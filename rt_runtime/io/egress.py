@@ -12,7 +12,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..bag.types import header, msg_class, point, quaternion_from_yaw, vector3
+from ..bag.types import header, msg_class, point, quaternion_from_yaw, to_cdr, vector3
+from .cdr import path_cdr
 
 # (role -> array, logical publish time ns, frame id) -> message object
 Encode = Callable[[Mapping[str, np.ndarray], int, str], Any]
@@ -30,6 +31,13 @@ class EgressCodec:
     roles: tuple[str, ...]
     encode: Encode
     doc: str
+    cdr: Callable[[Mapping[str, np.ndarray], int, str], bytes] | None = None  # byte-identical fast path
+
+    def to_cdr(self, data: Mapping[str, np.ndarray], t_ns: int, frame: str) -> bytes:
+        """The message's CDR bytes (through the fast path when the codec has one)."""
+        if self.cdr is not None:
+            return self.cdr(data, t_ns, frame)
+        return to_cdr(self.encode(data, t_ns, frame))
 
 
 def _path(data: Mapping[str, np.ndarray], t_ns: int, frame: str) -> Any:
@@ -80,7 +88,8 @@ def _markers(data: Mapping[str, np.ndarray], t_ns: int, frame: str) -> Any:
 
 EGRESS_CODECS: dict[str, EgressCodec] = {c.name: c for c in (
     EgressCodec("path", "nav_msgs/msg/Path", ("trajectory",), _path,
-                "trajectory (P, 5: x, y, yaw, v, t) -> nav_msgs/Path, one pose per row stamped at t"),
+                "trajectory (P, 5: x, y, yaw, v, t) -> nav_msgs/Path, one pose per row stamped at t",
+                cdr=lambda d, t, f: path_cdr(d["trajectory"], t, f)),
     EgressCodec("markers", "visualization_msgs/msg/MarkerArray", ("tracks", "count"), _markers,
                 "tracks (T, 12) + count -> MarkerArray: DELETEALL, then a cube per track"),
 )}

@@ -168,7 +168,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         for channel, value in initial.items():
             rt.push(channel, 0, value)
         feed = decoded_feed(reader, wanted, duration_ns)
-        for item in (feed if virtual else prefetched(feed)):
+        for item in prefetched(feed):  # decoding overlaps the jobs (a second core), in order
             if item.t_ns > 0:
                 advance(item.t_ns - 1)
             if item.value is None:

@@ -96,6 +96,6 @@ class OutputCollector:
                 if all(c in values for c in r.channels.values()):
                     codec = EGRESS_CODECS[r.codec]
                     group = {role: values[c] for role, c in r.channels.items()}
-                    self._write(r.topic, t, to_cdr(codec.encode(group, self.start_ns + t, self.frame)))
+                    self._write(r.topic, t, codec.to_cdr(group, self.start_ns + t, self.frame))
                     if self.retained is not None:
                         self.retained[r.codec].append((t, group))

@@ -1,0 +1,43 @@
+"""Replay speed-up over real time for the built-in scenario, and the runtime's own share of wall time.
+
+The runtime's share is everything that is not op execution: reading and decoding the bag, channel
+copies, scheduling, tracing, encoding and writing outputs. Target: <= 5%. Also prints each task's
+execution time (p50 / p99 / max), the figures config/stack.yaml's budgets are derived from.
+Anchor in the same run: the ops alone (the sum of measured op execution times).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+
+import numpy as np
+
+from rt_runtime.config.stack import load_stack
+from rt_runtime.replay import replay
+from rt_runtime.replay.defaults import default_bag, default_config
+
+RUNS = 3 if not os.environ.get("BENCH_QUICK") else 1
+
+
+def main() -> None:
+    bag = default_bag()
+    cfg = load_stack(default_config())
+    results = [replay(bag, cfg) for _ in range(RUNS)]
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    r0 = results[0]
+    print(f"bag: {bag} ({r0.duration_s:.1f} s, {r0.inputs} sensor messages); {RUNS} runs, medians")
+    print(f"{'wall s':>8} {'speed-up':>9} {'ops s':>7} {'runtime share':>14} {'digest equal':>13}")
+    print(f"{med([r.wall_s for r in results]):>8.2f} {med([r.speedup for r in results]):>8.2f}x "
+          f"{med([r.exec_s for r in results]):>7.2f} {med([r.runtime_share for r in results]) * 100:>13.1f}% "
+          f"{str(len({r.output_digest for r in results}) == 1):>13}")
+    print(f"\n{'task':<18} {'jobs':>5} {'exec p50 ms':>12} {'exec p99 ms':>12} {'exec max ms':>12} {'resp p99 ms':>12}")
+    for name in r0.tasks:
+        ex = np.concatenate([r.tasks[name].exec_ns for r in results]) / 1e6
+        rp = np.concatenate([r.tasks[name].response_ns for r in results]) / 1e6
+        if len(ex):
+            print(f"{name:<18} {r0.tasks[name].released:>5} {np.percentile(ex, 50):>12.2f} {np.percentile(ex, 99):>12.2f} "
+                  f"{ex.max():>12.2f} {np.percentile(rp, 99):>12.2f}")
+
+
+if __name__ == "__main__":
+    main()
