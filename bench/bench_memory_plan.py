@@ -154,6 +154,18 @@ def realistic_sets() -> list[tuple[str, list[Buffer]]]:
     ]
 
 
+def pipeline_plans() -> list[tuple[str, "MemoryPlan"]]:
+    """The reference stack's graphs as the executor plans them: one plan per graph and pool."""
+    from pipelines import camera, lidar, planning, prediction, radar, tracking
+    from rt_runtime.memory.graph_plan import plan_graph
+
+    graphs = [lidar.build_lidar_graph(), radar.build_radar_graph(), camera.build_camera_graph(),
+              tracking.build_fusion_tracking_graph(), prediction.build_prediction_graph(),
+              planning.build_planning_graph(), planning.build_minimal_risk_graph()]
+    return [(f"{g.name}/{kind.value}", pool.plan) for g in graphs for kind, pool in plan_graph(g).items()
+            if pool.plan.total_bytes]
+
+
 def random_set(rng: np.random.Generator, n: int) -> list[tuple[str, int, int, int]]:
     """n buffers over ~n steps: log-uniform sizes 64 B-4 MiB, mostly short lifetimes, 10% long."""
     first = rng.integers(0, n, size=n)
@@ -178,6 +190,16 @@ def main() -> None:
               f"ratio {plan.ratio:.3f}  ({plan.strategy})")
     rows.append(("(a) CNN-like graphs", len(real_ratios), statistics.mean(real_ratios),
                  max(real_ratios), time.perf_counter() - t0))
+
+    t0 = time.perf_counter()
+    print("reference stack graphs (per pool):")
+    stack_ratios = []
+    for name, plan in pipeline_plans():
+        stack_ratios.append(plan.ratio)
+        print(f"  {name:28s} total {plan.total_bytes / 2**10:10.1f} KiB  lb {plan.lower_bound / 2**10:10.1f} KiB  "
+              f"naive {plan.naive_bytes / 2**10:10.1f} KiB  ratio {plan.ratio:.3f}")
+    rows.append(("(d) reference stack pools", len(stack_ratios), statistics.mean(stack_ratios), max(stack_ratios),
+                 time.perf_counter() - t0))
 
     t0 = time.perf_counter()
     rng = np.random.default_rng(20240611)
