@@ -16,6 +16,7 @@ COMMANDS = {
     "replay": "replay a recorded bag through the stack: outputs, deadline report, determinism digest",
     "check": "schedulability analysis of a configuration (exit 0 schedulable, 1 not, 2 invalid)",
     "sim": "simulate a driving scenario and record its sensors and ground truth as a rosbag2 bag",
+    "analyze": "analyse a trace: deadline misses and their causes, response times, chains, observed schedulability",
 }
 
 

@@ -1,0 +1,135 @@
+"""Cause-effect chains measured on a trace: end-to-end latency, reaction time and data age under LET.
+
+A chain (τ1, ..., τn) is a list of tasks where each reads what the previous one publishes. The
+trace does not carry message stamps, but under LET it does not need to: a job reads its inputs as
+they stood at its release, so for each published output of τn the immediate backward job chain is
+found by walking back, hop by hop, to the latest job of the upstream task published at or before
+the current job's release (a publish at an instant is visible to a release at that instant). The
+first task's release is when the sensor data was read (its message's stamp, when the task is
+triggered by that message).
+
+* data age, per output of τn: its publish instant minus the first task's release (Dürr et al.'s
+  data age; the LET bound is ``sum(T_i + D_i) - T_n``);
+* latency, per sample read by τ1: from that read to the *first* output built from it;
+* reaction, per sample: the latency plus the time since τ1's previous read (an event that just
+  missed the previous read waits that long: Dürr et al.'s reaction time, bound ``sum(T_i + D_i)``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..sched.events import EventKind as K
+from .trace_jobs import Trace, percentiles_ms
+
+
+@dataclass
+class ChainTimes:
+    """Measured latencies of one chain (ns arrays) and the worst output's backward job chain."""
+
+    name: str
+    tasks: tuple[str, ...]
+    data_age_ns: np.ndarray
+    latency_ns: np.ndarray
+    reaction_ns: np.ndarray
+    worst_jobs: list[int]          # job indices τ1..τn of the oldest output
+    note: str = ""
+
+    def to_json(self, bounds: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Distributions in ms (p50/p90/p99/max), the worst job chain, and the analytic bounds if given."""
+        q = (50, 90, 99)
+        out: dict[str, Any] = {"name": self.name, "tasks": list(self.tasks), "outputs": len(self.data_age_ns),
+                               "data_age_ms": percentiles_ms(self.data_age_ns, q),
+                               "latency_ms": percentiles_ms(self.latency_ns, q),
+                               "reaction_ms": percentiles_ms(self.reaction_ns, q),
+                               "worst_job_chain": self.worst_jobs, "note": self.note}
+        if bounds:
+            out["bounds"] = dict(bounds)
+        return out
+
+
+def _publishes(tr: Trace, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(publish instants, release instants) of one task's published jobs, by publish time."""
+    cols = tr.cols
+    if name not in cols.tasks:
+        return np.zeros(0, np.int64), np.zeros((2, 0), np.int64)
+    tid = cols.tasks.index(name)
+    m = (cols.kind == K.PUBLISH) & (cols.task == tid) & (cols.job >= 0)
+    t_pub, jobs = cols.t_ns[m], cols.job[m]
+    j = tr.jobs
+    rows = j.rows_of(tid)
+    rel = np.full(int(j.job[rows].max(initial=-1)) + 1, -1, np.int64)
+    rel[j.job[rows]] = j.release[rows]
+    r = rel[jobs] if len(jobs) else np.zeros(0, np.int64)
+    ok = r >= 0
+    return t_pub[ok], np.stack([r[ok], jobs[ok]])
+
+
+def chain_times(tr: Trace, name: str, tasks: Sequence[str]) -> ChainTimes:
+    """Walk every output of the chain's last task back to the first task (vectorized per hop)."""
+    tasks = tuple(tasks)
+    t_last, rj_last = _publishes(tr, tasks[-1])
+    if len(t_last) == 0:
+        z = np.zeros(0, np.int64)
+        return ChainTimes(name, tasks, z, z, z, [], f"task '{tasks[-1]}' published nothing")
+    cur_r = rj_last[0]
+    jobs = [rj_last[1]]
+    ok = np.ones(len(cur_r), bool)
+    for up in reversed(tasks[:-1]):
+        t_up, rj_up = _publishes(tr, up)
+        if len(t_up) == 0:
+            z = np.zeros(0, np.int64)
+            return ChainTimes(name, tasks, z, z, z, [], f"task '{up}' published nothing")
+        idx = np.searchsorted(t_up, cur_r, "right") - 1   # latest publish at or before the release
+        ok &= idx >= 0
+        idx = np.maximum(idx, 0)
+        cur_r = rj_up[0][idx]
+        jobs.append(rj_up[1][idx])
+    first_r = cur_r[ok]
+    age = t_last[ok] - first_r
+    jobs = [jb[ok] for jb in reversed(jobs)]
+    # The first output built from each sample: outputs come in publish order and, under LET, the
+    # samples they are built from never go back in time, so the first occurrence is the earliest.
+    samples, first = np.unique(first_r, return_index=True)
+    latency = age[first]
+    prev = _previous_release(tr, tasks[0], samples)
+    reaction = np.where(prev >= 0, latency + (samples - prev), latency)
+    worst = int(np.argmax(age)) if len(age) else -1
+    return ChainTimes(name, tasks, age, latency, reaction, [int(jb[worst]) for jb in jobs] if worst >= 0 else [])
+
+
+def _previous_release(tr: Trace, name: str, releases: np.ndarray) -> np.ndarray:
+    """For each release instant of ``name``, the instant of its previous release (-1: none)."""
+    j = tr.jobs
+    rows = j.rows_of(tr.task_id(name))
+    r = np.sort(j.release[rows][j.release[rows] >= 0])
+    i = np.searchsorted(r, releases, "left") - 1
+    return np.where(i >= 0, r[np.maximum(i, 0)], -1)
+
+
+def wiring_chains(entries: Mapping[str, Mapping[str, Any]], limit: int = 20) -> list[tuple[str, tuple[str, ...]]]:
+    """Chains from task wiring (``inputs``/``outputs`` channel maps): every path from a task fed
+    only by ingress to a task nobody reads, self-loops (state kept across jobs) left out."""
+    writes = {n: set((e.get("outputs") or {}).values()) for n, e in entries.items()}
+    reads = {n: set((e.get("inputs") or {}).values()) | ({e["trigger"]} if e.get("trigger") else set())
+             for n, e in entries.items()}
+    down = {a: sorted(b for b in entries if b != a and writes[a] & reads[b]) for a in entries}
+    has_up = {b for a in entries for b in down[a]}
+    out: list[tuple[str, tuple[str, ...]]] = []
+
+    def walk(path: list[str]) -> None:
+        if len(out) >= limit:
+            return
+        nxt = [b for b in down[path[-1]] if b not in path]
+        if not nxt and len(path) > 1:
+            out.append((f"{path[0]}_to_{path[-1]}" + (f"_{len(out)}" if any(
+                c[0].startswith(f"{path[0]}_to_{path[-1]}") for c in out) else ""), tuple(path)))
+        for b in nxt:
+            walk(path + [b])
+
+    for a in sorted(entries):
+        if a not in has_up:
+            walk([a])
+    return out

@@ -1,0 +1,105 @@
+"""The human-readable ``rt-runtime analyze`` report: tables and one line per missed job."""
+from __future__ import annotations
+
+from .trace_report import TraceReport
+
+
+def _f(v: float | None, w: int = 7, d: int = 2) -> str:
+    return f"{'-':>{w}}" if v is None else f"{v:>{w}.{d}f}"
+
+
+def task_table(rep: TraceReport) -> list[str]:
+    """Per task: jobs, misses, response and execution times, budget, jitter, slack."""
+    out = [f"{'task':<20} {'jobs':>6} {'miss':>5} {'ratio':>6} | {'resp p50':>8} {'p90':>7} {'p99':>7} {'max':>7} | "
+           f"{'exec p50':>8} {'p99':>7} {'max':>7} {'budget':>7} | {'jitter':>6} {'slack':>7}"]
+    for t in rep.tasks:
+        j = t.to_json()
+        r, e = j["response_ms"], j["exec_ms"]
+        over = "!" if j["exec_over_budget"] else " "
+        out.append(f"{t.name:<20} {t.jobs:>6} {t.misses:>5} {j['miss_ratio']:>6.3f} | {r['p50']:>8.2f} "
+                   f"{r['p90']:>7.2f} {r['p99']:>7.2f} {r['max']:>7.2f} | {e['p50']:>8.2f} {e['p99']:>7.2f} "
+                   f"{e['max']:>7.2f}{over}{_f(j['budget_ms'])} | {_f(j['release_jitter_ms'], 6)} "
+                   f"{_f(j['min_slack_ms'])}")
+        extra = [f"{n} {lbl}" for n, lbl in ((t.watchdog_aborted, "aborted by the watchdog before the deadline"),
+                                             (t.aborted_after_miss, "aborted after their miss"),
+                                             (t.failed, "failed (an op raised)"),
+                                             (t.dropped, "released without input"), (t.overruns, "overruns"))
+                 if n]
+        if extra:
+            out.append(f"{'':<20} " + ", ".join(extra))
+    out.append("(ms; '!' = an execution time above the budget; slack = min(deadline - response))")
+    return out
+
+
+def op_lines(rep: TraceReport, top: int = 3) -> list[str]:
+    """Per op execution times, and the ops that dominate each task's worst jobs."""
+    out = [f"{'task/op':<40} {'n':>6} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}"]
+    for o in sorted(rep.ops, key=lambda o: (o["task"], o["fallback"], o["index"])):
+        out.append(f"{o['task'] + '/' + o['op']:<40} {o['count']:>6} {o['p50_ms']:>7.2f} {o['p90_ms']:>7.2f} "
+                   f"{o['p99_ms']:>7.2f} {o['max_ms']:>7.2f}")
+    for t in rep.tasks:
+        if t.worst_ops:
+            out.append(f"worst jobs of {t.name}: " + ", ".join(
+                f"{w['op']} {w['share'] * 100:.0f}% ({w['excess_ms']:+.2f} ms vs median)" for w in t.worst_ops[:top]))
+    return out
+
+
+def miss_lines(rep: TraceReport, limit: int = 20) -> list[str]:
+    """One line per missed job (the first ``limit``), and a count of causes per task."""
+    if not rep.misses:
+        return ["no deadline missed"]
+    out = []
+    for a in rep.misses[:limit]:
+        fin = f"finished {a.finish_ns / 1e6:.2f}" if a.finish_ns is not None else \
+            ("aborted" if a.aborted else "never finished")
+        why = "+".join(a.cause)
+        who = ""
+        if "interference" in a.cause and a.interference_ns:
+            who = f" by {next(iter(a.interference_ns))}"
+        elif "blocking" in a.cause and a.blocking_by:
+            who = f" by {a.blocking_by[0][0]}/{a.blocking_by[0][1]}"
+        elif "overrun" in a.cause and a.overrun_op:
+            who = f" in {a.overrun_op[0]}"
+        late = f", late by {a.late_by_ns / 1e6:.2f}" if a.missed else ""
+        out.append(f"{a.task}#{a.job}: released {a.release_ns / 1e6:.2f}, deadline {a.deadline_ns / 1e6:.2f}, "
+                   f"{fin}{late} -> {why}{who}")
+        out.append(f"    {a.sentence()}")
+    if len(rep.misses) > limit:
+        out.append(f"... {len(rep.misses) - limit} more (see --json or --html)")
+    for t in rep.tasks:
+        if t.causes:
+            counts = sorted(t.causes.items(), key=lambda kv: -kv[1])
+            out.append(f"{t.name}: " + ", ".join(f"{n} x {c}" for c, n in counts))
+    return out
+
+
+def chain_lines(rep: TraceReport) -> list[str]:
+    """Per chain: latency, reaction and data age distributions, and the LET bounds."""
+    out = []
+    for c in rep.chains:
+        j = c.to_json(rep.chain_bounds.get(c.name))
+        out.append(f"{c.name} ({' -> '.join(c.tasks)}): {j['outputs']} outputs" + (f"; {c.note}" if c.note else ""))
+        for key, label in (("latency_ms", "latency"), ("reaction_ms", "reaction"), ("data_age_ms", "data age")):
+            p = j[key]
+            out.append(f"    {label:<9} p50 {p['p50']:.2f}  p99 {p['p99']:.2f}  max {p['max']:.2f} ms")
+        b = j.get("bounds")
+        if b:
+            out.append(f"    LET bounds (observed times): reaction {_f(b['let_reaction_ms'], 0)} ms, "
+                       f"data age {_f(b['let_data_age_ms'], 0)} ms" + (f" ({b['note']})" if b.get("note") else ""))
+    return out or ["no chain (none configured, and no task wiring in the configuration)"]
+
+
+def format_report(rep: TraceReport, source: str = "", limit: int = 20) -> str:
+    """The whole text report."""
+    tr = rep.trace
+    m = tr.meta
+    head = (f"trace {source}: {len(tr.cols)} events, {tr.span_ns[0] / 1e6:.2f}..{tr.span_ns[1] / 1e6:.2f} ms, "
+            f"policy {rep.policy}, {m.get('workers', '?')} worker(s), {m.get('clock', '?')} clock"
+            + (f", config {m['config']}" if m.get("config") else "") + (f", bag {m['bag']}" if m.get("bag") else ""))
+    lines = [head, "", *task_table(rep), "", "ops (execution time, ms)", *op_lines(rep), "",
+             f"deadline misses ({len(rep.misses)})", *miss_lines(rep, limit), "", "chains", *chain_lines(rep)]
+    if rep.rta is not None:
+        lines += ["", "schedulability", rep.rta["verdict"]]
+    if rep.notes:
+        lines += ["", *("note: " + n for n in rep.notes)]
+    return "\n".join(lines)
