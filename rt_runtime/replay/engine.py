@@ -22,14 +22,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..analysis.trace_stats import TaskTimes, task_times
 from ..bag import BagError, BagWriter, open_bag
 from ..config.stack import StackConfig, build_bindings
 from ..exec.warmup import warm_up
 from ..io.egress import diagnostics
-from ..sched import Runtime, VirtualClock, WallClock
+from ..sched import CostModel, Runtime, VirtualClock, WallClock
 from ..trace import TraceColumns, TraceRing, save_trace
 from .feed import decoded_feed, prefetched
 
@@ -97,8 +97,17 @@ class ReplayResult:
 def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = None, speed: str | float = "max",
            workers: int | None = None, trace: str | Path | None = None, out_format: str = "mcap",
            progress: bool = False, until_s: float | None = None,
-           quality: Callable[..., dict[str, Any]] | None = None) -> ReplayResult:
-    """Replay a bag through the configured stack and return what happened."""
+           quality: Callable[..., dict[str, Any]] | None = None,
+           retain_channels: Sequence[str] | None = None, cost: CostModel | None = None) -> ReplayResult:
+    """Replay a bag through the configured stack and return what happened.
+
+    ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
+    ``retain_channels`` (default: the ``channels`` attribute of ``quality``, if any) are channels
+    whose publications are kept too, though not egressed, neither written nor hashed; they go to
+    ``quality`` as ``channels=`` along with ``cfg=``, and into ``ReplayResult.extra["channels"]``.
+    ``cost``: the runtime's cost model on the virtual clock (default: measured op durations);
+    ``zero_cost`` gives the LET outputs of a run without timing faults on any machine, at any load.
+    """
     from .outputs import OutputCollector
 
     try:
@@ -127,11 +136,14 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     writer = BagWriter(out, out_format) if out is not None else None
     if writer is not None:
         writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
-    collector = OutputCollector(cfg.egress, cfg.frame, reader.start_ns, writer, retain=quality is not None)
+    if retain_channels is None:
+        retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
+    collector = OutputCollector(cfg.egress, cfg.frame, reader.start_ns, writer, retain=quality is not None,
+                                retain_channels=retain_channels)
     ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
     rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
                  sink=ring, egress=collector.on_publish, threaded=None if not virtual else False,
-                 realtime=not virtual)  # on the wall clock, SCHED_FIFO where the OS permits
+                 realtime=not virtual, cost=cost)  # on the wall clock, SCHED_FIFO where the OS permits
     torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
     for ts in rt.sched.tasks.values():
         for ex in ts.executors:
@@ -194,10 +206,13 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         print(file=sys.stderr)
     parts.append(ring.drain())
     cols = TraceColumns.concat(parts, ring.tasks)
-    meta = {"ops": {b.name: [o.name for o in b.graph.ops] for b in bindings}, "clock": "virtual" if virtual else "wall",
+    meta = {"ops": {b.name: [o.name for o in b.graph.ops] for b in bindings},
+            "fallback_ops": {b.name: [o.name for o in b.fallback.ops] for b in bindings if b.fallback is not None},
+            "clock": "virtual" if virtual else "wall",
             "config": cfg.source, "bag": str(bag_path), "policy": cfg.policy, "workers": workers,
             "tasks_config": {b.name: {"period_ns": b.task.period_ns, "deadline_ns": b.task.deadline,
-                                      "wcet_ns": b.task.wcet_ns} for b in bindings}}
+                                      "wcet_ns": b.task.wcet_ns, "priority": b.task.priority,
+                                      "trigger": b.task.trigger} for b in bindings}}
     if trace is not None:
         save_trace(trace, cols, {**meta, "lost_events": ring.lost})
     times = task_times(cols)
@@ -207,8 +222,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                           outputs=dict(collector.counts), bad_messages=bad, inputs=inputs, exec_s=exec_s,
                           out_bag=str(out) if out is not None else None,
                           trace=str(trace) if trace is not None else None)
+    if retain_channels:
+        result.extra["channels"] = collector.channels
     if quality is not None:
-        result.quality = quality(bag_path, collector.retained, reader.start_ns, ego)
+        extra = {"channels": collector.channels, "cfg": cfg} if retain_channels else {}
+        result.quality = quality(bag_path, collector.retained, reader.start_ns, ego, **extra)
     return result
 
 
