@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,7 +55,9 @@ def test_remap_replays_a_bag_recorded_under_other_names(short_bag, tmp_path):  #
 
 def test_invalid_config_names_file_task_and_field(short_bag, tmp_path):  # noqa: F811
     cfg = tmp_path / "bad.yaml"
-    cfg.write_text((ROOT / "config" / "stack.yaml").read_text().replace('wcet: "40ms"', "wcet: 40"))
+    text, n = re.subn(r'(- name: planning\n(?:    .*\n)*?    wcet: )"[^"]+"', r"\g<1>40", (ROOT / "config" / "stack.yaml").read_text())
+    assert n == 1
+    cfg.write_text(text)
     proc = run_cli("replay", str(short_bag), "--config", str(cfg))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "bad.yaml" in proc.stderr and "planning" in proc.stderr and "wcet" in proc.stderr

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -48,7 +48,8 @@ class OutputCollector:
     """Receives LET publications, encodes them per egress route, hashes and writes them."""
 
     def __init__(self, routes: list[EgressRoute], frame: str, start_ns: int, writer: BagWriter | None,
-                 sink: Callable[[str, int, bytes], None] | None = None, retain: bool = False) -> None:
+                 sink: Callable[[str, int, bytes], None] | None = None, retain: bool = False,
+                 retain_channels: Iterable[str] = ()) -> None:
         self.routes = sorted(routes, key=lambda r: r.topic)
         self.frame = frame
         self.start_ns = start_ns
@@ -64,15 +65,22 @@ class OutputCollector:
         self.counts: dict[str, int] = dict.fromkeys((r.topic for r in self.routes), 0)
         # codec -> [(t, {role: array})]: what quality measures read after the run
         self.retained: dict[str, list[tuple[int, dict[str, np.ndarray]]]] | None = defaultdict(list) if retain else None
+        # channel -> [(t, array)]: copies of other channels' publications (not written, not hashed)
+        self.channels: dict[str, list[tuple[int, np.ndarray]]] = {c: [] for c in retain_channels}
         if writer is not None:
             for r in self.routes:
                 writer.add_topic(r.topic, EGRESS_CODECS[r.codec].msgtype)
 
     def on_publish(self, channel: str, t_ns: int, seq: int, data: Any) -> None:
         """The runtime's egress hook: keep a copy of what became visible at ``t_ns``."""
-        if channel in self.by_channel:
+        kept = self.channels.get(channel)
+        if channel in self.by_channel or kept is not None:
+            value = _to_numpy(data)
             with self._lock:
-                self._pending[t_ns][channel] = _to_numpy(data)
+                if channel in self.by_channel:
+                    self._pending[t_ns][channel] = value
+                if kept is not None:
+                    kept.append((t_ns, value))
 
     def emit(self, topic: str, t_ns: int, msg: Any) -> None:
         """Write one message that is not a LET output (diagnostics), in the same stream."""
