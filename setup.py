@@ -22,6 +22,9 @@ setup(
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob("launch/*.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
+        # `ros2 run rt_runtime runtime_node | player` looks in lib/<package>; the console script
+        # `rt-runtime` stays in bin/ for plain virtual environments.
+        (f"lib/{PACKAGE}", ["rt_runtime/ros/bin/runtime_node", "rt_runtime/ros/bin/player"]),
     ],
     # Ranges here; requirements.txt pins the exact stack CI tests.
     install_requires=["numpy>=1.26", "pyyaml>=6", "torch>=2.13"],

@@ -58,6 +58,7 @@ def test_bgr_image_becomes_rgb():
 
 
 def test_diagnostics_level_follows_misses_and_mode():
-    msg = diagnostics({"a": {"missed": 0, "mode": 0}, "b": {"missed": 2, "mode": 0}, "c": {"missed": 0, "mode": 1}}, 0)
+    msg = diagnostics({"a": {"missed": 0, "mode": "primary"}, "b": {"missed": 2, "mode": "primary"},
+                       "c": {"missed": 0, "mode": "fallback"}}, 0)
     levels = {s.name: s.level for s in msg.status}
     assert levels == {"rt_runtime: a": 0, "rt_runtime: b": 1, "rt_runtime: c": 2}

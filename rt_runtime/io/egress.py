@@ -105,7 +105,7 @@ def diagnostics(stats: Mapping[str, Mapping[str, Any]], t_ns: int, extra: Mappin
     for task in sorted(stats):
         s = stats[task]
         missed = int(s.get("missed", 0))
-        degraded = bool(s.get("mode", 0))
+        degraded = s.get("mode", 0) in ("fallback", 1, True)  # the scheduler reports "primary" / "fallback"
         level = Status.ERROR if degraded else Status.WARN if missed else Status.OK
         values = [KeyValue(key=k, value=str(s[k])) for k in sorted(s) if isinstance(s[k], (int, str, bool))]
         statuses.append(Status(level=level, name=f"rt_runtime: {task}", message="degraded" if degraded else

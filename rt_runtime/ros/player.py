@@ -1,0 +1,137 @@
+"""A rosbag2 player without ``ros2 bag``: a bag's messages on their topics, with their types and timing.
+
+Messages go out as the raw CDR the bag holds (no decode, no re-encode), at their recorded pace
+scaled by ``rate``; with ``clock`` a ``/clock`` (the bag's time) is published before every message
+and at ``clock_hz`` in between, so nodes under ``use_sim_time`` see the recording's time. Topics
+whose message package is not installed here (e.g. ``tf2_msgs``, the simulator's ground truth) are
+skipped with one line naming them. Publishers are reliable keep-last, which both reliable and
+best-effort readers match.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .env import prepare_environment
+
+prepare_environment()   # before rclpy loads the RMW
+
+from rclpy.node import Node  # noqa: E402
+
+from ..bag import open_bag  # noqa: E402
+from .msgtypes import output_qos, ros_class  # noqa: E402
+
+
+@dataclass
+class PlayStats:
+    """What a play did."""
+
+    published: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    clock_ticks: int = 0
+    loops: int = 0
+    max_late_ms: float = 0.0
+    wall_s: float = 0.0
+
+
+class Player:
+    """Publishes one bag on a node, in real time scaled by ``rate``."""
+
+    def __init__(self, node: Node, bag: str | Path, *, rate: float = 1.0, clock: bool = False, loop: bool = False,
+                 topics: list[str] | None = None, clock_hz: float = 100.0) -> None:
+        if not rate > 0:
+            raise ValueError(f"--rate: expected a positive number, found {rate}")
+        if clock_hz <= 0:
+            raise ValueError(f"--clock-hz: expected a positive number, found {clock_hz}")
+        self.node = node
+        self.reader = open_bag(bag)
+        self.rate, self.loop, self.clock_period = float(rate), loop, 1.0 / clock_hz
+        self.stats = PlayStats()
+        wanted = sorted(self.reader.topics) if not topics else topics
+        unknown = sorted(set(wanted) - set(self.reader.topics))
+        if unknown:
+            raise ValueError(f"bag {bag} has no topic(s) {unknown}; it has {sorted(self.reader.topics)}")
+        self.pubs = {}
+        for topic in wanted:
+            try:
+                cls = ros_class(self.reader.topics[topic])
+            except LookupError as e:
+                self.stats.skipped[topic] = str(e)
+                continue
+            self.pubs[topic] = node.create_publisher(cls, topic, output_qos())
+            self.stats.published[topic] = 0
+        self.clock_pub = None
+        if clock:
+            self._Clock, self._Time = ros_class("rosgraph_msgs/msg/Clock"), ros_class("builtin_interfaces/msg/Time")
+            self.clock_pub = node.create_publisher(self._Clock, "/clock", output_qos(1))
+
+    def _tick(self, t_ns: int) -> None:
+        sec, nanosec = divmod(int(t_ns), 1_000_000_000)
+        self.clock_pub.publish(self._Clock(clock=self._Time(sec=sec, nanosec=nanosec)))  # type: ignore[union-attr]
+        self.stats.clock_ticks += 1
+
+    def _wait(self, wall_at: float, wall0: float, t_first: int, stop: threading.Event) -> bool:
+        """Sleep until ``wall_at``, ticking ``/clock`` meanwhile; False if stopped."""
+        while True:
+            now = time.monotonic()
+            if stop.is_set():
+                return False
+            if now >= wall_at:
+                return True
+            if self.clock_pub is not None:
+                self._tick(t_first + int((now - wall0) * self.rate * 1e9))
+                time.sleep(min(wall_at - now, self.clock_period))
+            else:
+                time.sleep(min(wall_at - now, 0.1))
+
+    def wait_for_subscriber(self, timeout: float, stop: threading.Event, settle: float = 0.5) -> bool:
+        """Wait up to ``timeout`` s until some topic has a reader, then ``settle`` s for the rest to match."""
+        end = time.monotonic() + timeout
+        while not any(p.get_subscription_count() for p in self.pubs.values()):
+            if stop.is_set() or time.monotonic() > end:
+                return False
+            time.sleep(0.05)
+        time.sleep(settle)   # one participant's endpoints are matched together, give them a moment
+        return True
+
+    def play(self, stop: threading.Event | None = None) -> PlayStats:
+        """Publish the bag (again and again with ``loop``) until its end or ``stop``."""
+        stop = stop or threading.Event()
+        start = time.monotonic()
+        topics = list(self.pubs)
+        t_first = self.reader.start_ns
+        while not stop.is_set() and topics:
+            wall0 = time.monotonic()
+            for msg in self.reader.messages(topics=topics):
+                wall_at = wall0 + (msg.t_ns - t_first) / self.rate * 1e-9
+                if not self._wait(wall_at, wall0, t_first, stop):
+                    break
+                late = (time.monotonic() - wall_at) * 1e3
+                if late > self.stats.max_late_ms:
+                    self.stats.max_late_ms = late
+                if self.clock_pub is not None:
+                    self._tick(msg.t_ns)
+                raw = msg.raw_cdr
+                self.pubs[msg.topic].publish(raw if isinstance(raw, bytes) else bytes(raw))
+                self.stats.published[msg.topic] += 1
+            self.stats.loops += 1
+            if not self.loop:
+                break
+        self.stats.wall_s = time.monotonic() - start
+        return self.stats
+
+    def close(self) -> None:
+        """Release the bag."""
+        self.reader.close()
+
+
+def report(stats: PlayStats, bag: str | Path) -> str:
+    """One summary line."""
+    n = sum(stats.published.values())
+    skipped = f"; skipped (type not installed): {', '.join(sorted(stats.skipped))}" if stats.skipped else ""
+    clock = f", {stats.clock_ticks} /clock ticks" if stats.clock_ticks else ""
+    return (f"rt-runtime play: {bag}: {n} messages on {len(stats.published)} topics in {stats.wall_s:.1f} s "
+            f"({stats.loops} pass(es){clock}), at most {stats.max_late_ms:.1f} ms late{skipped}")
+

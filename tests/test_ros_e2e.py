@@ -1,0 +1,213 @@
+"""End to end over DDS, in separate processes: `rt-runtime play` -> `rt-runtime run` -> a test subscriber.
+
+Each test runs on its own ROS_DOMAIN_ID with discovery on localhost only; every process is started
+in its own process group and killed (SIGKILL after a grace period) whatever happens.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from rt_runtime.bag import open_bag
+from rt_runtime.bag.types import stamp_ns
+from rt_runtime.ros.env import prepare_environment
+
+prepare_environment()
+pytest.importorskip("rclpy", reason="the ros extra is not installed")
+
+from replay_fixtures import short_bag  # noqa: E402,F401 - a fixture
+from rt_runtime.bag import array_to_cloud, array_to_image, to_cdr  # noqa: E402
+from rt_runtime.ros.probe import Probe  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[1]
+DOMAIN = 60 + (os.getpid() % 13) * 3          # three per run, in 60..98, apart from other runs' more often than not
+MS = 1_000_000
+TOPICS = {"/planning/trajectory": "nav_msgs/msg/Path", "/perception/objects": "visualization_msgs/msg/MarkerArray",
+          "/diagnostics": "diagnostic_msgs/msg/DiagnosticArray"}
+
+
+@contextmanager
+def cli(args: list[str], domain: int, log: Path) -> Iterator[subprocess.Popen]:
+    """`rt-runtime ARGS` in its own process group; SIGTERM then SIGKILL on the way out."""
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", *args], cwd=ROOT, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            if proc.poll() is not None:
+                break
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def wait_for(log: Path, text: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait until the process logged ``text``; fail with its log if it died or took too long."""
+    end = time.monotonic() + timeout
+    while text not in log.read_text(errors="replace"):
+        if proc.poll() is not None or time.monotonic() > end:
+            pytest.fail(f"no {text!r} (exit {proc.poll()}); log:\n{log.read_text(errors='replace')[-3000:]}")
+        time.sleep(0.1)
+
+
+def statuses(probe: Probe) -> list[dict[str, Any]]:
+    """Every diagnostic status so far: name, level, message, values."""
+    return [{"name": s.name, "level": s.level, "message": s.message, **{kv.key: kv.value for kv in s.values}}
+            for _, m in probe.messages("/diagnostics") for s in m.status]
+
+
+def latest(probe: Probe, name: str) -> dict[str, Any]:
+    found = [s for s in statuses(probe) if s["name"] == name]
+    return found[-1] if found else {}
+
+
+def stamps(probe: Probe, topic: str) -> list[int]:
+    return [stamp_ns(m.header.stamp) for _, m in probe.messages(topic)]
+
+
+def on_planning_grid(st: list[int]) -> bool:
+    """Stamps at the planning period's LET instants: every gap a whole period, most gaps exactly one
+    (a job skipped on a loaded machine leaves a gap of two)."""
+    gaps = [b - a for a, b in zip(st, st[1:])]
+    return all(g > 0 and g % (100 * MS) == 0 for g in gaps) and gaps.count(100 * MS) >= 0.8 * len(gaps)
+
+
+def stop(proc: subprocess.Popen, sig: int, log: Path) -> str:
+    """Signal the node, expect a clean exit within 20 s; its log."""
+    os.killpg(proc.pid, sig)
+    assert proc.wait(20) == 0, log.read_text(errors="replace")[-3000:]
+    return log.read_text(errors="replace")
+
+
+def play_through(probe: Probe, args: list[str], domain: int, log: Path, until: Callable[[], bool]) -> None:
+    """Play the bag (waiting for the node's subscriptions) while the probe records."""
+    with cli(["play", *args, "--wait-for-subscriber", "20"], domain, log) as player:
+        probe.spin_until(lambda: player.poll() is not None, timeout=60)
+        assert player.returncode == 0, log.read_text()
+    probe.spin_until(until, timeout=10)
+
+
+def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tmp_path) -> None:  # noqa: F811
+    domain, trace = DOMAIN, tmp_path / "live.trace"
+    log = tmp_path / "node.log"
+    t_start = time.time_ns()
+    with cli(["run", "--trace", str(trace), "--stale-after", "300ms"], domain, log) as node, \
+            Probe(TOPICS, domain_id=domain) as probe:
+        wait_for(log, "SIGINT or SIGTERM stops", node)
+        play_through(probe, [str(short_bag)], domain, tmp_path / "play.log",
+                     lambda: len(probe.messages("/planning/trajectory")) >= 20)
+        traj = probe.messages("/planning/trajectory")
+        st = stamps(probe, "/planning/trajectory")
+        assert len(traj) >= 20 and {m.header.frame_id for _, m in traj} == {"map"}
+        assert on_planning_grid(st), st
+        assert t_start < st[0] and st[-1] < time.time_ns()                # ROS time of each publication instant
+        late = sorted(rx - stamp_ns(m.header.stamp) for rx, m in traj)
+        assert 0 < late[len(late) // 2] < 50 * MS, late                   # LET instant -> received, median
+        assert len(probe.messages("/perception/objects")) >= 20           # one per LiDAR sweep (30 in 3 s)
+        def lidar() -> dict[str, Any]:
+            return latest(probe, "rt_runtime: input /sensing/lidar/points")
+        assert probe.spin_until(lambda: int(lidar().get("received", 0)) >= 27, timeout=5), lidar()   # of 30
+        assert lidar()["bad"] == "0" and int(lidar()["nan_points"]) > 0
+
+        # Bad input on the node's own topics: counted, reported, and the node goes on.
+        import numpy as np
+        bad_cloud = to_cdr(array_to_cloud(np.zeros(3, [("x", "<f4"), ("y", "<f4")]), "lidar", 0))   # no z
+        yuv = to_cdr(array_to_image(np.zeros((2, 2, 3), np.uint8), "rgb8", "cam", 0)).replace(b"rgb8", b"yuv8")
+        for topic, msgtype in (("/sensing/lidar/points", "sensor_msgs/msg/PointCloud2"),
+                               ("/sensing/camera/image_raw", "sensor_msgs/msg/Image"),
+                               ("/sensing/radar/points", "sensor_msgs/msg/PointCloud2")):
+            assert probe.advertise(topic, msgtype, wait=10)     # matched: nothing published into the void
+        for _ in range(3):
+            probe.publish("/sensing/lidar/points", "sensor_msgs/msg/PointCloud2", bad_cloud)
+            probe.publish("/sensing/camera/image_raw", "sensor_msgs/msg/Image", yuv)
+            probe.publish("/sensing/radar/points", "sensor_msgs/msg/PointCloud2", b"\x00\x01\x00\x00garbage")
+            probe.spin_for(0.1)
+        probe.spin_until(lambda: int(lidar().get("bad", 0)) >= 3
+                         and "degraded" in latest(probe, "rt_runtime: watchdog").get("message", ""), timeout=10)
+        lid = lidar()
+        assert lid["bad"] == "3" and "z" in lid["last_error"]
+        assert latest(probe, "rt_runtime: input /sensing/camera/image_raw")["bad"] == "3"
+        assert latest(probe, "rt_runtime: input /sensing/radar/points")["bad"] == "3"
+        # The sensors went silent when the bag ended: stale, and the config degrades the stack for it.
+        assert lid["stale"] == "True" and lid["level"] == 1
+        wd = latest(probe, "rt_runtime: watchdog")
+        assert "/sensing/lidar/points" in wd["stale_inputs"] and wd["degraded_tasks"] == "planning"
+        n = len(probe.messages("/planning/trajectory"))
+        probe.spin_for(0.5)
+        assert len(probe.messages("/planning/trajectory")) > n            # the minimal-risk plan keeps coming
+        out = stop(node, signal.SIGTERM, log)
+    assert "stopped after" in out and "Traceback" not in out
+    from rt_runtime.trace.file import load_trace
+
+    cols, meta = load_trace(trace)
+    assert meta["clock"] == "wall" and meta["lost_events"] == 0 and "planning" in meta["tasks"] and len(cols) > 1000
+
+
+def test_injected_overload_makes_the_watchdog_publish_the_degraded_trajectory(short_bag,  # noqa: F811
+                                                                              tmp_path) -> None:
+    domain, log = DOMAIN + 1, tmp_path / "node.log"
+    args = ["run", "--set", "tasks.planning.deadline=10ms", "--set", "tasks.planning.recover_after=1000"]
+    with cli(args, domain, log) as node, Probe(TOPICS, domain_id=domain) as probe:
+        wait_for(log, "SIGINT or SIGTERM stops", node)
+
+        def degraded() -> bool:
+            return latest(probe, "rt_runtime: task planning").get("message") == "degraded"
+        with cli(["play", str(short_bag), "--wait-for-subscriber", "20"], domain, tmp_path / "play.log") as player:
+            assert probe.spin_until(degraded, timeout=30), statuses(probe)[-14:]
+            seen = len(probe.messages("/planning/trajectory"))
+            assert probe.spin_until(lambda: len(probe.messages("/planning/trajectory")) >= seen + 3, timeout=5)
+            assert player.poll() is None                   # still playing: degraded by the misses, not by silence
+            assert probe.spin_until(lambda: latest(probe, "rt_runtime: outputs").get("planning/status") == "1",
+                                    timeout=5)              # the minimal-risk plan's status
+        plan = latest(probe, "rt_runtime: task planning")
+        assert plan["level"] == 2 and int(plan["missed"]) >= 1 and int(plan["degraded"]) == 1
+        assert plan["mode"] == "fallback" and latest(probe, "rt_runtime: watchdog")["degraded_tasks"] == "planning"
+        stop(node, signal.SIGINT, log)
+
+
+def test_sim_time_follows_the_played_clock(short_bag, tmp_path) -> None:  # noqa: F811
+    domain, log = DOMAIN + 2, tmp_path / "node.log"
+    bag = open_bag(short_bag)
+    start, end = bag.start_ns, bag.end_ns
+    bag.close()
+    args = ["run", "--use-sim-time", "--params-file", str(ROOT / "config" / "ros_params.yaml")]
+    with cli(args, domain, log) as node, \
+            Probe(TOPICS, domain_id=domain) as probe:
+        wait_for(log, "/clock (sim time)", node)
+        play_through(probe, [str(short_bag), "--clock"], domain, tmp_path / "play.log",
+                     lambda: bool(probe.messages("/diagnostics")))
+        st = stamps(probe, "/planning/trajectory")
+        assert len(st) >= 15 and on_planning_grid(st), st
+        assert start < st[0] and st[-1] <= end + 100 * MS                 # the bag's time, not the wall's
+        clock = latest(probe, "rt_runtime: clock")
+        assert clock["mode"] == "sim" and clock["jumps_back"] == "0"
+        assert start <= stamp_ns(probe.messages("/diagnostics")[-1][1].header.stamp) <= end + 1_000 * MS
+        stop(node, signal.SIGINT, log)
+
+
+def test_cli_errors_exit_2_with_one_line(tmp_path) -> None:
+    bad = [(["run", "--config", str(tmp_path / "none.yaml")], "no such file"),
+           (["run", "--set", "tasks.planning.deadline=10"], "deadline"),
+           (["play", str(tmp_path / "none")], "no such file")]
+    for k, (args, says) in enumerate(bad):
+        log = tmp_path / f"{k}.log"
+        with cli(args, DOMAIN + 2, log) as proc:
+            assert proc.wait(60) == 2, log.read_text()
+        text = log.read_text()
+        assert says in text and "Traceback" not in text, text
