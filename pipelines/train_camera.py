@@ -4,7 +4,8 @@ Data: every scenario in ``rt_runtime.sim.SCENARIOS`` is simulated for each train
 every ``--every`` seconds is rendered with the simulator's own camera model (road users and
 scenery, the rig's intrinsics and extrinsics, sensor noise drawn like the recorder draws it). Each
 road user's 3D box is projected into the image: the tight rectangle of its 8 corners is the 2D
-target, its class is an index into ``schema.CLASSES``. Boxes that are tiny (< ``MIN_HEIGHT_PX``),
+target, its class is an index into ``schema.CLASSES``. Boxes that are tiny (< ``MIN_HEIGHT_PX`` of
+``rt_runtime.replay.quality``),
 mostly hidden behind nearer boxes (a coarse z-buffer of projected rectangles, scenery included)
 or mostly outside the frame are "don't care": neither targets nor negatives, and a detection on
 one is neither a hit nor a false alarm.
@@ -39,9 +40,6 @@ import torch.nn.functional as F
 
 from pipelines.camera import MEAN, NUM_CLASSES, STD, WEIGHTS, CenterNet, build_camera_graph, preprocess_into
 
-MIN_HEIGHT_PX = 12.0    # smaller boxes are "don't care": 3 px tall at the net's input
-MIN_VISIBLE = 0.5       # fraction of the projected rectangle not hidden by nearer boxes
-MIN_INSIDE = 0.5        # fraction of the projected rectangle inside the frame
 TRAIN_SEEDS = tuple(range(6))
 HELDOUT_SEEDS = (100, 101)
 
@@ -71,40 +69,18 @@ def frames(scenario: str, seed: int, seconds: float = 20.0, every: float = 0.5, 
 
 def project(cam, ego: tuple[float, float, float], boxes: np.ndarray, width: int, height: int
             ) -> tuple[np.ndarray, np.ndarray]:
-    """Tight image rectangles (M, 4) of map-frame boxes, and whether each is a fair target."""
-    c, s = math.cos(ego[2]), math.sin(ego[2])
-    rot = np.array([[c, -s, 0], [s, c, 0], [0, 0, 1]])
-    origin = np.array([ego[0], ego[1], 0.0]) + rot @ cam.mount.translation
-    r_cam = (rot @ cam.rotation_optical).T
-    sx = np.array([1, 1, -1, -1, 1, 1, -1, -1]) / 2
-    sy = np.array([1, -1, 1, -1, 1, -1, 1, -1]) / 2
-    sz = np.array([1, 1, 1, 1, -1, -1, -1, -1]) / 2
-    bx, by, bz, ln, w, h, yaw = (boxes[:, i:i + 1] for i in range(7))
-    lx, ly = ln * sx, w * sy
-    corners = np.stack([bx + np.cos(yaw) * lx - np.sin(yaw) * ly, by + np.sin(yaw) * lx + np.cos(yaw) * ly,
-                        bz + h * sz], -1)
-    p = (corners - origin) @ r_cam.T                                   # (M, 8, 3) optical frame
-    front = (p[..., 2] > 0.3).all(1)
-    z = np.where(front[:, None], p[..., 2], 1.0)
-    u, v = cam.fx * p[..., 0] / z + cam.cx, cam.fy * p[..., 1] / z + cam.cy
-    full = np.stack([u.min(1), v.min(1), u.max(1), v.max(1)], 1)
-    rects = np.stack([full[:, 0].clip(0, width), full[:, 1].clip(0, height),
-                      full[:, 2].clip(0, width), full[:, 3].clip(0, height)], 1)
-    area = lambda r: np.clip(r[:, 2] - r[:, 0], 0, None) * np.clip(r[:, 3] - r[:, 1], 0, None)  # noqa: E731
-    inside = area(rects) / np.maximum(area(full), 1e-6)
-    dist = np.where(front, np.linalg.norm(p.mean(1), axis=1), np.inf)
-    # Coarse z-buffer at 1/4 resolution: the share of each rectangle that no nearer rectangle covers.
-    zbuf = np.full((height // 4, width // 4), np.inf)
-    owner = np.full(zbuf.shape, -1)
-    q = np.round(rects / 4).astype(int)
-    for i in np.argsort(-dist):
-        if front[i]:
-            zbuf[q[i, 1]:q[i, 3], q[i, 0]:q[i, 2]] = dist[i]
-            owner[q[i, 1]:q[i, 3], q[i, 0]:q[i, 2]] = i
-    cells = np.maximum((q[:, 2] - q[:, 0]) * (q[:, 3] - q[:, 1]), 1)
-    seen = np.bincount(owner[owner >= 0], minlength=len(boxes))[: len(boxes)] / cells
-    care = front & (rects[:, 3] - rects[:, 1] >= MIN_HEIGHT_PX) & (inside >= MIN_INSIDE) & (seen >= MIN_VISIBLE)
-    return rects.astype(np.float32), care
+    """Tight image rectangles (M, 4) of map-frame boxes, and whether each is a fair target.
+
+    The replay's quality measure applies the same rules (``rt_runtime.replay.quality.project_boxes``);
+    here it runs with the simulator camera's own mount and optical rotation.
+    """
+    from types import SimpleNamespace
+
+    from rt_runtime.replay.quality import project_boxes
+
+    geometry = SimpleNamespace(width=width, height=height, fx=cam.fx, fy=cam.fy, cx=cam.cx, cy=cam.cy,
+                               xyz=np.asarray(cam.mount.translation, np.float64), rot_optical=cam.rotation_optical)
+    return project_boxes(geometry, ego, boxes)
 
 
 def dataset(scenarios, seeds, every: float):

@@ -70,9 +70,10 @@ IOU_MIN = 0.5
 MIN_LIDAR_POINTS = 5      # returns inside a box (above the ground) for an object to count for LiDAR
 GROUND_BAND_M = 0.3       # returns lower than this above the ground are ground, not the object
 BOX_MARGIN_M = 0.2        # slack around a box when counting its returns
-MIN_HEIGHT_PX = 12.0      # camera "don't care" rules: as pipelines/train_camera.py
-MIN_VISIBLE = 0.5
-MIN_INSIDE = 0.5
+# Camera "don't care" rules, shared with the detector's training (pipelines/train_camera.py):
+MIN_HEIGHT_PX = 12.0      # smaller boxes: 3 px tall at the net's input
+MIN_VISIBLE = 0.5         # fraction of the projected rectangle not hidden by nearer boxes
+MIN_INSIDE = 0.5          # fraction of the projected rectangle inside the frame
 STACK_CLASSES = ("car", "truck", "cyclist", "pedestrian")  # = pipelines.schema.CLASSES; GT label - 1
 
 # The stack's non-egressed channels the measures read (config/stack.yaml's names).
