@@ -200,11 +200,16 @@ def main() -> None:
     if not ros.ok:
         print(f"\n(rclpy columns n/a: {ros.why})")
         return
-    print("\nTargets (ours inline vs rclpy): at most 1/5 of SingleThreaded and below Events")
+    print("\nTargets: ours at most 1/5 of rclpy SingleThreaded's and below Events' (rclpy runs SCHED_OTHER;")
+    print("'ours inline' likewise, '+FIFO' is the runtime's default on a WallClock where the OS permits)")
     for r in rows[:3]:
-        ours, st, ev = med[(r, "ours inline")], med[(r, "rclpy ST")], med[(r, "rclpy Events")]
-        ok = ours <= st / 5 and ours < ev
-        print(f"  {r:38s} ours {ours:8.1f}  ST/5 {st / 5:8.1f}  Events {ev:8.1f}  -> {'met' if ok else 'NOT met'}")
+        for col in ("ours inline", "ours inline+FIFO"):
+            if (r, col) not in med:
+                continue
+            ours, st, ev = med[(r, col)], med[(r, "rclpy ST")], med[(r, "rclpy Events")]
+            ok = ours <= st / 5 and ours < ev
+            print(f"  {r:38s} {col:17s} {ours:8.1f}  ST/5 {st / 5:8.1f}  Events {ev:8.1f}  -> "
+                  f"{'met' if ok else 'NOT met'}")
 
 
 if __name__ == "__main__":

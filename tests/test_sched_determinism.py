@@ -2,12 +2,14 @@
 of workers, the cost model (how long execution takes) or the clock (virtual or wall)."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
 from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.sched import (ChannelConfig, RecordingSink, Runtime, TaskBinding, VirtualClock, WallClock,
-                              declared_cost, measured_cost, zero_cost)
+                              cpu_time_cost, declared_cost, measured_cost, zero_cost)
 
 MS = 1_000_000
 PTS = TensorSpec("points", ("N<=256", 4), "float32")
@@ -39,13 +41,13 @@ def fusion() -> Graph:
 
 def planning() -> Graph:
     fused, traj = TensorSpec("fused", (4, 4), "float32"), TensorSpec("trajectory", (16, 2), "float32")
-    h = TensorSpec("h", (16, 4), "float32")
+    h, r = TensorSpec("h", (16, 4), "float32"), TensorSpec("r", (16, 4), "float32")
     basis = torch.linspace(0, 1, 64).reshape(16, 4)
     return Graph("planning", [
         Op("expand", lambda f, o: torch.matmul(basis, f, out=o), (fused,), (h,), cost_us=5000),
-        Op("relu", lambda a, o: torch.clamp(a, min=0.0, out=o), (h,), (TensorSpec("r", (16, 4), "float32"),), cost_us=1000),
-        Op("head", lambda a, o: torch.cumsum(a[:, :2], dim=0, out=o), (TensorSpec("r", (16, 4), "float32"),),
-           (traj,), cost_us=2000)], [fused], ["trajectory"])
+        Op("relu", lambda a, o: torch.clamp(a, min=0.0, out=o), (h,), (r,), cost_us=1000),
+        Op("head", lambda a, o: torch.cumsum(a[:, :2], dim=0, out=o), (r,), (traj,), cost_us=2000)],
+        [fused], ["trajectory"])
 
 
 def control() -> Graph:
@@ -96,20 +98,43 @@ def run(workers: int, clock=None, cost=measured_cost, sink=None) -> tuple[list[t
     return out, rt
 
 
+def same_until_first_fault(out: list[tuple], rt: Runtime, ref: list[tuple]) -> None:
+    """Equal to the reference; or, if the run reports a timing fault (a machine too loaded for
+    its deadlines), equal up to that instant: LET promises no more and no less."""
+    if rt.deterministic:
+        assert out == ref
+    else:
+        cut = rt.nondeterminism[0][0]
+        assert [m for m in out if m[1] < cut] == [m for m in ref if m[1] < cut]
+
+
 def test_outputs_are_identical_with_one_or_two_workers_and_any_execution_time() -> None:
-    ref, rt = run(1)
+    ref, rt = run(1, cost=declared_cost)
     assert rt.deterministic and len(ref) > 40
     assert {ch for ch, *_ in ref} == {"/objects", "/fused", "/trajectory", "/cmd"}
     assert run(2, cost=declared_cost)[0] == ref
     assert run(1, cost=zero_cost)[0] == ref
     assert run(2, cost=zero_cost)[0] == ref
+    same_until_first_fault(*run(1, cost=measured_cost), ref)   # real op durations: load may cause a miss
+    same_until_first_fault(*run(2, cost=cpu_time_cost), ref)
+
+
+def test_cpu_time_cost_does_not_count_time_the_op_spends_off_the_cpu() -> None:
+    x, y = TensorSpec("x", (1,), "float32"), TensorSpec("y", (1,), "float32")
+    nap = Graph("nap", [Op("nap", lambda a, o: (time.sleep(0.03), o.copy_(a)), (x,), (y,))], [x], ["y"])
+    task = TaskBinding(Task("T", 10 * MS, 5 * MS), nap, inputs={"x": "/x"}, outputs={"y": "/y"})
+    for cost, missed in ((cpu_time_cost, False), (measured_cost, True)):
+        rt = Runtime([task], clock=VirtualClock(), cost=cost)
+        rt.push("/x", 0, torch.zeros(1))
+        rt.run_until(20 * MS)
+        assert (rt.stats()["T"]["missed"] > 0) is missed
 
 
 def test_live_run_on_two_worker_threads_matches_the_virtual_replay() -> None:
     ref, _ = run(1, cost=declared_cost)
     live, rt = run(2, clock=WallClock())
-    assert rt.threaded and rt.deterministic, rt.nondeterminism
-    assert live == ref
+    assert rt.threaded
+    same_until_first_fault(live, rt, ref)
 
 
 def test_two_virtual_runs_give_the_same_trace_event_for_event() -> None:

@@ -222,13 +222,24 @@ def build_bindings(cfg: StackConfig, device: str | None = None) -> tuple[list[Ta
         graph = _graph(cfg, task.name, "graph", device)
         fallback = _graph(cfg, task.name, "fallback", device)
         inputs = _mapping(e.get("inputs"), cfg.source, f"task '{task.name}': inputs", task.name)
+        executor = None
+        if e.get("redundancy") is not None:   # validated (and its budget multiplied) by parse_task
+            from ..safety.redundancy import Redundant
+            from ..safety.spec import parse_redundancy
+
+            spec = parse_redundancy(e["redundancy"])
+            loose = [o.name for o in graph.ops if not o.deterministic] if graph is not None else []
+            if spec is not None and spec.compare == "exact" and loose:
+                raise _fail(cfg.source, f"task '{task.name}': redundancy", f"exact comparison needs deterministic "
+                            f"ops; {loose} are not (give atol/rtol)", task=task.name, fld="redundancy")
+            executor = Redundant(spec) if spec is not None else None
         try:
             binding = TaskBinding(
                 dataclasses.replace(task, graph=graph), graph, inputs=inputs,
                 outputs=_mapping(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
                 fallback=fallback, on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
-                worker=e.get("worker"))
+                worker=e.get("worker"), executor=executor)
         except (TaskError, ValueError) as err:
             raise ConfigError(cfg.source, str(err), task=task.name) from None
         bindings.append(binding)

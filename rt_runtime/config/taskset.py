@@ -137,6 +137,15 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
                                           if trigger is not None else ""))
     if "wcet" not in d:
         raise fail("wcet", "missing (the worst-case execution time, e.g. \"2ms\")")
+    if entry.get("redundancy") is not None:
+        from ..safety.spec import parse_redundancy
+
+        try:
+            spec = parse_redundancy(entry["redundancy"])
+        except ValueError as e:
+            raise fail("redundancy", str(e)) from None
+        if spec is not None:   # wcet is one run; a redundant job runs 2-3 (docs/SAFETY.md, "Budgets")
+            d["wcet"] *= spec.budget_factor
     priority = entry.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise fail("priority", f"expected an integer (a lower number is a higher priority), found {priority!r}")

@@ -12,7 +12,8 @@ Order of one replay step (see docs/CYCLE.md for what the runtime does inside ``r
    that instant.
 
 On the ``VirtualClock`` (``--speed max``) time jumps from event to event and ops advance it by
-their measured duration, so deadline misses are those the hardware would have. On the WallClock
+the CPU time they used, so deadline misses are those this hardware would have, whatever else the
+machine is doing. On the WallClock
 (``--speed X``) messages are fed at X times their recorded pace.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..config.stack import StackConfig, build_bindings
 from ..exec.warmup import warm_up
 from ..io.egress import diagnostics
 from ..sched import CostModel, Runtime, VirtualClock, WallClock
+from ..sched.binding import cpu_time_cost
 from ..trace import TraceColumns, TraceRing, save_trace
 from .feed import decoded_feed, prefetched
 
@@ -105,7 +107,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     ``retain_channels`` (default: the ``channels`` attribute of ``quality``, if any) are channels
     whose publications are kept too, though not egressed, neither written nor hashed; they go to
     ``quality`` as ``channels=`` along with ``cfg=``, and into ``ReplayResult.extra["channels"]``.
-    ``cost``: the runtime's cost model on the virtual clock (default: measured op durations);
+    ``cost``: the runtime's cost model on the virtual clock (default: the CPU time each op's thread
+    used, so other processes on a loaded machine cause no spurious misses);
     ``zero_cost`` gives the LET outputs of a run without timing faults on any machine, at any load.
     """
     from .outputs import OutputCollector
@@ -143,7 +146,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
     rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
                  sink=ring, egress=collector.on_publish, threaded=None if not virtual else False,
-                 realtime=not virtual, cost=cost)  # on the wall clock, SCHED_FIFO where the OS permits
+                 realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
+                 cost=cost if cost is not None or not virtual else cpu_time_cost)
     torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
     for ts in rt.sched.tasks.values():
         for ex in ts.executors:

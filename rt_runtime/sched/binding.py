@@ -4,9 +4,10 @@ Also the cost models: where execution time comes from on a ``VirtualClock``.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from ..core.graph import Graph
 from ..core.op import Op
@@ -44,6 +45,10 @@ class TaskBinding:
     recover_after: int = 3                     # clean cycles in fallback before switching back
     publish: Publish | str = Publish.LET
     worker: int | None = None                  # explicit partition; None: first-fit decreasing
+    # Builds the primary graph's executor instead of a plain GraphExecutor (e.g. the time-redundant
+    # ``rt_runtime.safety.RedundantExecutor``): called as ``executor(binding, device, owner=...,
+    # check_inputs=..., capture=...)``; it must offer what the scheduler uses of a GraphExecutor.
+    executor: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         t = self.task
@@ -91,6 +96,17 @@ CostModel = Callable[[str, int, int, Op, int], int]
 def measured_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
     """Virtual time advances by the op's real (wall) duration: a replay as slow as the hardware."""
     return measured_ns
+
+
+def cpu_time_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
+    """Virtual time advances by the CPU time the op's thread used: immune to other processes on a
+    loaded machine (no spurious misses in a replay), blind to work on other threads or a GPU."""
+    return measured_ns
+
+
+# What the inline driver measures an op with, per cost model (default: wall time).
+measured_cost.measure = time.monotonic_ns      # type: ignore[attr-defined]
+cpu_time_cost.measure = time.thread_time_ns    # type: ignore[attr-defined]
 
 
 def declared_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:

@@ -5,11 +5,25 @@ Both count integer nanoseconds from the runtime's epoch (logical time 0), so tas
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 import time
 from typing import Protocol
 
 _mono = time.monotonic_ns
+_precise = threading.local()
+_REALTIME = (getattr(os, "SCHED_FIFO", -1), getattr(os, "SCHED_RR", -1))
+
+
+def set_timer_slack(ns: int) -> bool:
+    """Ask Linux for ``ns`` of timer slack for the calling thread (default 50 us added to every
+    sleep of a normal thread); False where that is not possible."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(29, ctypes.c_ulong(ns), 0, 0, 0) == 0   # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        return False
 
 
 class Clock(Protocol):
@@ -55,38 +69,54 @@ class VirtualClock:
 
 
 class _Overshoot:
-    """A decaying high-water mark of how late the OS wakes us; the spin margin follows it."""
+    """How late the OS wakes us: the spin margin covers the 90th percentile of recent wake-ups.
 
-    def __init__(self, initial_ns: int, floor_ns: int, ceil_ns: int) -> None:
-        self.est = float(initial_ns)
+    A quantile, not the maximum: under a time-sharing scheduler a long spin makes the thread look
+    like a CPU hog and gets it preempted, so the rare very late wake-up is not worth spinning for.
+    """
+
+    def __init__(self, initial_ns: int, floor_ns: int, ceil_ns: int, window: int = 32) -> None:
+        self.recent = [int(initial_ns)] * window
+        self.i = 0
         self.floor, self.ceil = floor_ns, ceil_ns
+        self._margin = int(min(max(initial_ns, floor_ns), ceil_ns))
 
     def margin(self) -> int:
-        # 1.5x the high-water mark covers the tail; the ceiling bounds the CPU burnt spinning.
-        return int(min(max(1.5 * self.est, self.floor), self.ceil))
+        return self._margin
 
     def observe(self, late_ns: int) -> None:
-        self.est = max(float(late_ns), self.est * 0.995)
+        r = self.recent
+        r[self.i] = late_ns
+        self.i = (self.i + 1) % len(r)
+        q90 = sorted(r)[(9 * len(r)) // 10]
+        self._margin = int(min(max(1.25 * q90, self.floor), self.ceil))
+
+    def cap(self, ceil_ns: int) -> None:
+        self.ceil = ceil_ns
+        self._margin = min(self._margin, ceil_ns)
 
 
 class WallClock:
     """Monotonic time; sleeps with the OS timer to just before the instant, then spins.
 
     The OS wakes a sleeping thread late (timer slack, scheduling: ~60-150 us on a VM). The clock
-    measures that overshoot on every coarse sleep and keeps its spin margin just above it, so the
-    wake-up lands within a microsecond or two of the instant while spinning only a short while.
+    measures that overshoot on every coarse sleep and keeps its spin margin just above most of it,
+    so the wake-up lands within a microsecond or two of the instant while spinning only briefly.
     """
 
     virtual = False
 
     def __init__(self, *, epoch_ns: int | None = None, spin_ns: int = 200_000, max_spin_ns: int = 1_000_000,
-                 rate: float = 1.0) -> None:
+                 rate: float = 1.0, shared_spin_ns: int = 150_000) -> None:
         if not rate > 0:
             raise ValueError(f"WallClock: rate must be positive, found {rate}")
         # rate > 1 runs logical time faster than the wall (a replay at X times real time).
         self.rate = float(rate)
         self.epoch_ns = _mono() if epoch_ns is None else int(epoch_ns)
         self.fixed_epoch = epoch_ns is not None   # else a runtime makes time 0 the start of its first run
+        # A time-shared (SCHED_OTHER) thread that spins long looks like a CPU hog to the kernel and
+        # gets preempted mid-spin, so it spins less; a SCHED_FIFO thread keeps its CPU.
+        self.shared_spin_ns = shared_spin_ns
         self._sleep_late = _Overshoot(spin_ns, 30_000, max_spin_ns)
         self._wait_late = _Overshoot(spin_ns + 100_000, 30_000, max_spin_ns)
 
@@ -113,9 +143,8 @@ class WallClock:
 
     @max_spin_ns.setter
     def max_spin_ns(self, ns: int) -> None:
-        self._sleep_late.ceil = self._wait_late.ceil = int(ns)
-        self._sleep_late.est = min(self._sleep_late.est, ns)
-        self._wait_late.est = min(self._wait_late.est, ns)
+        self._sleep_late.cap(int(ns))
+        self._wait_late.cap(int(ns))
 
     def spin_margin_ns(self, interruptible: bool = False) -> int:
         """How long before an instant the clock stops sleeping and starts spinning."""
@@ -123,9 +152,15 @@ class WallClock:
 
     def sleep_until(self, t_ns: int, wake: threading.Event | None = None) -> bool:
         """Sleep until logical ``t_ns``; return True early if ``wake`` gets set."""
+        if not getattr(_precise, "on", False):   # once per thread that sleeps on this clock
+            _precise.on = True
+            set_timer_slack(1)
         target = (t_ns if self.rate == 1.0 else -int(-t_ns // self.rate)) + self.epoch_ns
         est = self._sleep_late if wake is None else self._wait_late
-        coarse = target - est.margin()
+        margin = est.margin()
+        if margin > self.shared_spin_ns and os.sched_getscheduler(0) not in _REALTIME:
+            margin = self.shared_spin_ns
+        coarse = target - margin
         now = _mono()
         if coarse > now:
             if wake is None:

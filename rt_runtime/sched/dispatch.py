@@ -96,10 +96,10 @@ def run_op(job: RunJob) -> tuple[int, bool, BaseException | None]:
                 pass
             return idx, True, None
         return idx, False, None
-    except StopIteration:
-        return job.last_op, True, None
-    except Exception as e:  # an op that raises ends its job, not the runtime
-        return job.ops_done - 1, True, e
+    except StopIteration:   # no op ran: an executor whose step count varies (e.g. a vote not needed) ended
+        return job.ops_done - 1, True, None
+    except Exception as e:  # an op that raises ends its job, not the runtime; it ran, so it is booked
+        return job.ops_done, True, e
 
 
 def complete_op(s: Any, w: Worker, job: RunJob, idx: int, t0: int, t1: int, done: bool,
@@ -109,7 +109,7 @@ def complete_op(s: Any, w: Worker, job: RunJob, idx: int, t0: int, t1: int, done
     dt = t1 - t0
     before = job.exec_ns
     job.exec_ns = before + dt
-    if s.tr:
+    if s.tr and idx >= job.ops_done:   # (idx < ops_done: the executor ended without running an op)
         s.sink.emit(_K.OP_START, t0, ts.name, job.index, idx, w.index)
         s.sink.emit(_K.OP_END, t1, ts.name, job.index, idx, w.index)
     job.ops_done = idx + 1

@@ -21,6 +21,8 @@ REACTION   reaction code (``REACT_*``)                 task mode after it (1 = f
 DROP       reason (``DROP_*``)                         messages or jobs dropped
 ABORT      worker (-1: aborted before it started)      ops done so far
 STALL      worker                                      op index that has not returned
+COMPARE    verdict (``COMPARE_*``; redundant tasks)     copies run
+SAFETY     safety state after it (0/1/2, ``safety``)    reason (``safety.degrade.REASONS``)
 =========  ==========================================  ===================================
 """
 from __future__ import annotations
@@ -48,12 +50,17 @@ class EventKind(IntEnum):
     DROP = 12
     ABORT = 13
     STALL = 14
+    COMPARE = 15  # a redundant job compared (and maybe voted on) its copies' outputs
+    SAFETY = 16   # the safety supervisor changed state: nominal / degraded / minimal-risk
 
 
 # Reaction codes (``a`` of REACTION).
 REACT_NONE, REACT_SKIP, REACT_ABORT, REACT_DEGRADE, REACT_RECOVER = 0, 1, 2, 3, 4
 # Drop reasons (``a`` of DROP).
 DROP_CHANNEL, DROP_NO_INPUT, DROP_BACKLOG, DROP_OUTPUT = 1, 2, 3, 4
+# Comparison verdicts (``a`` of COMPARE): copies agreed; a majority outvoted a faulty copy; no
+# majority (the job published its fallback graph's outputs instead).
+COMPARE_MATCH, COMPARE_VOTED, COMPARE_NO_MAJORITY = 0, 1, 2
 
 
 @runtime_checkable

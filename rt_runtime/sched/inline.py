@@ -14,7 +14,7 @@ import heapq
 import time
 from typing import Any
 
-from .binding import measured_cost
+from .binding import cpu_time_cost, measured_cost
 from .dispatch import complete_op, next_job, run_op
 
 _INF = 1 << 62
@@ -26,8 +26,8 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
     single = workers[0] if len(workers) == 1 else None
     tl = s.timeline
     virtual = clock.virtual
-    measured = cost is measured_cost
-    mono = time.monotonic_ns
+    measured = cost is measured_cost or cost is cpu_time_cost   # virtual time = the measurement itself
+    mono = getattr(cost, "measure", time.monotonic_ns)
     now_fn = clock.now
     pop = heapq.heappop
     process = s.process

@@ -58,7 +58,7 @@ class Runtime:
             raise ValueError("several workers on a WallClock need threaded=True")
         if max_active < 1:
             raise ValueError(f"max_active must be >= 1, found {max_active}")
-        self.realtime = (self.threaded and not virtual) if realtime is None else realtime
+        self.realtime = (not virtual) if realtime is None else realtime
         self.rt_priority = rt_priority
         self.cost: CostModel = cost if cost is not None else measured_cost
         self.stall_after_ns = stall_after_ns
@@ -82,9 +82,10 @@ class Runtime:
 
         states = []
         for b in bindings:
-            execs = [GraphExecutor(g, device, owner=b.name if g is b.graph else f"{b.name}/fallback",
-                                   check_inputs=check_inputs, capture=capture) if g is not None else None
-                     for g in (b.graph, b.fallback)]
+            make = b.executor or (lambda b_, dev, **kw: GraphExecutor(b_.graph, dev, **kw))   # e.g. time redundancy
+            execs = [make(b, device, owner=b.name, check_inputs=check_inputs, capture=capture),
+                     GraphExecutor(b.fallback, device, owner=f"{b.name}/fallback", check_inputs=check_inputs,
+                                   capture=capture) if b.fallback is not None else None]
             ts = TaskState(b, prios[b.name], where[b.name], execs)
             for gin, chname in sorted(b.inputs.items()):
                 ch = self.channels[chname]
@@ -102,6 +103,10 @@ class Runtime:
         self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
                                egress, max_active)
         self.sched.watchdog.on_stall = on_stall
+        for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
+            for ex in ts.executors:
+                if hasattr(ex, "attach"):
+                    ex.attach(self, ts)
         self.sched.workers = [Worker(i, self.cpus[i % len(self.cpus)] if self.cpus else None)
                               for i in range(workers)]
         if not virtual:

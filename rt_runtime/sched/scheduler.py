@@ -139,11 +139,13 @@ class Scheduler:
             c["dropped_releases"] += 1
             if tr:
                 self.sink.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
-            if ts.trigger is not None:
+            if ts.trigger is not None:   # the message that released it is dropped with it
                 ch, rid = ts.trigger
                 s = ch.read(rid)
                 if s is not None:
                     ch.unpin(s)
+                if ts.triggered and ch.unread(rid):
+                    self.trigger(ts, r)
             return
         d = r + ts.deadline
         job = RunJob(ts, idx, r, d, self.key(ts.prio, d, ts.name, r))
@@ -200,7 +202,10 @@ class Scheduler:
             job.state = DONE
             if not ts.on_finish:
                 self.publish(job, t, False)
-            self.watchdog.clean(job, t)
+            if ts.mode or job.overrun:
+                self.watchdog.clean(job, t)
+            else:
+                ts.clean += 1   # the common case, inline: a clean job in primary mode
         elif st == READY or st == RUNNING or st == PREEMPTED:
             job.missed = True
             ts.c["missed"] += 1
@@ -212,7 +217,7 @@ class Scheduler:
         """Make a job's outputs visible on its channels at ``t`` (LET write) and hand them to egress."""
         ts = job.ts
         egress = self.egress
-        for (gout, ch), slot in zip(ts.writers, job.outs):
+        for (_, ch), slot in zip(ts.writers, job.outs):
             seq = ch.commit(slot, t)
             if ch.last_commit_drops and self.tr:
                 self.sink.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)

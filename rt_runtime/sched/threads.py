@@ -11,7 +11,6 @@ permits; where it does not, they run as ordinary threads after a one-line warnin
 """
 from __future__ import annotations
 
-import ctypes
 import heapq
 import os
 import threading
@@ -19,15 +18,17 @@ import time
 import warnings
 from typing import Any, Iterable
 
+from .clock import set_timer_slack
 from .dispatch import Worker, complete_op, next_job, run_op
 
 _INF = 1 << 62
 _warned: set[str] = set()
 
 
-def _warn_once(msg: str) -> None:
-    if msg not in _warned:
-        _warned.add(msg)
+def _warn_once(key: str, msg: str) -> None:
+    """One line per kind of refusal per process, however many threads meet it."""
+    if key not in _warned:
+        _warned.add(key)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
@@ -57,24 +58,17 @@ def make_realtime(cpus: Iterable[int] | None, priority: int | None, who: str) ->
             os.sched_setaffinity(0, set(cpus))
         except OSError as e:
             ok = False
-            _warn_once(f"rt_runtime.sched: cannot pin {who} to CPUs {sorted(cpus)} ({e}); running unpinned")
+            _warn_once("affinity", f"rt_runtime.sched: cannot pin {who} to CPUs {sorted(cpus)} ({e}); threads run "
+                                   f"unpinned")
     if priority is not None:
         try:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
         except (OSError, AttributeError) as e:
             ok = False
-            _warn_once(f"rt_runtime.sched: SCHED_FIFO not permitted for {who} ({e}); running SCHED_OTHER")
-    _set_timer_slack(1)
+            _warn_once("fifo", f"rt_runtime.sched: SCHED_FIFO not permitted ({e}); {who} and the other runtime "
+                               f"threads run SCHED_OTHER")
+    set_timer_slack(1)
     return ok
-
-
-def _set_timer_slack(ns: int) -> None:
-    """Linux adds up to 50 us of 'timer slack' to every sleep of a normal thread; ask for 1 ns."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(29, ctypes.c_ulong(ns), 0, 0, 0)   # PR_SET_TIMERSLACK
-    except (OSError, AttributeError):
-        pass
 
 
 class WorkerThread(threading.Thread):

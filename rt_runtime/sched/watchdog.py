@@ -43,6 +43,9 @@ class Watchdog:
             members.sort(key=lambda m: m.name)
         self.on_stall: StallHook | None = None
         self.stalled: dict[int, tuple[str, int, int]] = {}   # worker -> (task, job, since)
+        # Tasks a supervisor (e.g. the safety monitor in minimal-risk) holds in their fallback:
+        # clean jobs do not switch them back while they are named here.
+        self.held: set[str] = set()
 
     def _members(self, ts: TaskState) -> list[TaskState]:
         return self.groups[ts.group] if ts.group is not None else [ts]
@@ -74,6 +77,9 @@ class Watchdog:
             ts.clean = 0
             self.s.emit(EventKind.REACTION, t, ts.name, job.index, REACT_NONE, ts.mode)
         else:
+            # The reaction changes what gets published because of how long execution took.
+            self.s.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} overran its budget "
+                                            f"({ts.on_overrun.value})")
             self.react(job, ts.on_overrun, t)
 
     def degrade(self, ts: TaskState, t: int) -> None:
@@ -96,7 +102,7 @@ class Watchdog:
         if ts.mode == 1:
             members = self._members(ts)
             degraded = [m for m in members if m.mode == 1]
-            if all(m.clean >= m.recover_after for m in degraded):
+            if all(m.clean >= m.recover_after and m.name not in self.held for m in degraded):
                 for m in degraded:
                     m.mode = 0
                     m.c["recovered"] += 1

@@ -1,0 +1,226 @@
+"""Time redundancy: a job runs its graph on two or three copies, compares the outputs, and votes.
+
+``RedundantExecutor`` has the interface the scheduler uses of a ``GraphExecutor`` (``steps``
+yielding at every op boundary, ``outputs``, ``graph.ops``, ``stats()``), so dispatch, limited
+preemption, the watchdog and the cost models need no special case. Each copy is a full
+``GraphExecutor``: its own arenas (a fault in one copy's memory cannot reach another's) and its
+own stream where the device has streams.
+
+One job, ``dual``: copy 0, copy 1, compare. Equal: publish copy 0 (``COMPARE_MATCH``). Not equal,
+or a copy raised: run copy 2 and vote; a copy that agrees with another wins (``COMPARE_VOTED``).
+No majority (``COMPARE_NO_MAJORITY``): the task's fallback graph runs in the same job and its
+outputs are published (for planning, the minimal-risk stop), so the deadline still sees a valid
+output; without a fallback the job fails like an op error. ``triple`` runs all three copies
+first. Every comparison is a ``COMPARE`` trace event (``a`` = verdict, ``b`` = copies run).
+
+Inputs are checked once against their contracts, before any copy runs: a bad input is the same
+for every copy (a common-mode fault), so it fails the job rather than a vote.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any, Iterator, Mapping, Sequence
+
+from ..core.graph import Graph
+from ..core.op import Op
+from ..device.base import Device
+from ..exec.executor import GraphExecutor
+from ..sched.events import COMPARE_MATCH, COMPARE_NO_MAJORITY, COMPARE_VOTED, EventKind
+from .compare import outputs_equal, vote
+from .spec import WORST_CASE_RUNS, RedundancySpec
+
+
+class RedundancyFault(RuntimeError):
+    """The copies of a redundant job had no majority and the task has no fallback graph."""
+
+
+class StepOps(Sequence[Op]):
+    """``graph.ops`` as the scheduler sees it: step i of the current job is the op that step ran.
+
+    Its length is the most steps a job can take (three copies and the fallback), so the scheduler's
+    last-op index is never reached early; a job that needs fewer steps simply ends.
+    """
+
+    def __init__(self, ex: "RedundantExecutor", primary: Graph) -> None:
+        self.ex, self.primary = ex, primary.ops
+
+    def __len__(self) -> int:
+        return self.ex.capacity
+
+    def __getitem__(self, i: int) -> Op:  # type: ignore[override]
+        trace = self.ex.trace
+        if 0 <= i < len(trace):
+            return trace[i]
+        return self.primary[i % len(self.primary)]   # a step not run (yet): its nominal op
+
+
+class StepGraph:
+    """What the scheduler and warm-up read of ``executor.graph``: name, contracts, per-step ops."""
+
+    def __init__(self, ex: "RedundantExecutor", graph: Graph) -> None:
+        self.name = graph.name
+        self.inputs = graph.inputs
+        self.outputs = graph.outputs
+        self.capturable = False
+        self.ops = StepOps(ex, graph)
+        self.primary = graph
+
+
+class RedundantExecutor:
+    """Runs each job on ``spec.copies`` copies (a third to vote under ``dual``), each in its own arenas."""
+
+    def __init__(self, graph: Graph, spec: RedundancySpec, fallback: Graph | None = None,
+                 device: Device | None = None, *, owner: str | None = None, check_inputs: bool = True,
+                 capture: bool = False) -> None:
+        if spec.compare == "exact":
+            loose = [o.name for o in graph.ops if not o.deterministic]
+            if loose:
+                raise ValueError(f"graph '{graph.name}': exact comparison needs deterministic ops; {loose} are "
+                                 "not (use compare: tolerance with atol/rtol)")
+        self.spec = spec
+        self.owner = owner or graph.name
+        self.check_inputs = check_inputs
+        self.copies = [GraphExecutor(graph, device, owner=f"{self.owner}/copy{k}", check_inputs=False,
+                                     capture=capture) for k in range(WORST_CASE_RUNS)]
+        self.device = self.copies[0].device
+        self.fallback = GraphExecutor(fallback, self.device, owner=f"{self.owner}/vote_fallback",
+                                      check_inputs=False) if fallback is not None else None
+        self.capacity = WORST_CASE_RUNS * len(graph.ops) + (len(fallback.ops) if fallback is not None else 0)
+        self.graph = StepGraph(self, graph)
+        self.outputs: Mapping[str, Any] = self.copies[0].outputs
+        self.trace: list[Op] = []            # the op each step of the current job ran
+        self.last_verdict = COMPARE_MATCH
+        self.last_failed: list[int] = []     # copies that raised in the last job
+        self.c = dict.fromkeys(("jobs", "matches", "voted", "no_majority", "copy_errors", "fallback_outputs"), 0)
+        self._rt: Any = None
+        self._task: str = self.owner
+
+    def attach(self, rt: Any, ts: Any) -> None:
+        """Called by the Runtime: where comparison events go (its sink, at its clock's time)."""
+        self._rt, self._task = rt, ts.name
+
+    # ---- one job ----------------------------------------------------------------------------
+    def steps(self, inputs: Mapping[str, Any]) -> Iterator[int]:
+        """Run one job: the copies, the comparison, a vote if needed; yields a step index per op."""
+        if self.check_inputs:
+            g = self.graph.primary
+            for spec in g.inputs:
+                spec.check(inputs.get(spec.name), op="<bind>", graph=g.name)
+        self.trace.clear()
+        self.last_failed = []
+        done: list[int] = []
+        first = self.spec.copies
+        for k in range(first):
+            yield from self._run(k, inputs, done)
+        agree = self._agree
+        if first == 2 and done == [0, 1] and agree(0, 1):
+            winner: int | None = 0
+            verdict = COMPARE_MATCH
+        else:
+            if first == 2:
+                yield from self._run(2, inputs, done)
+            winner = vote(done, agree)
+            unanimous = len(done) == 3 and winner is not None and agree(0, 2) and agree(1, 2)
+            verdict = COMPARE_MATCH if unanimous else COMPARE_VOTED if winner is not None else COMPARE_NO_MAJORITY
+        self.last_verdict = verdict
+        self.c["jobs"] += 1
+        self.c[("matches", "voted", "no_majority")[verdict]] += 1
+        self._emit(verdict, len(self.last_failed) + len(done))
+        if winner is not None:
+            self.outputs = self.copies[winner].outputs
+            return
+        if self.fallback is None:
+            raise RedundancyFault(f"task '{self._task}': no two of {len(done)} completed copies agree "
+                                  f"({len(self.last_failed)} raised)")
+        yield from self._run_fallback(inputs)
+        self.outputs = self.fallback.outputs
+        self.c["fallback_outputs"] += 1
+
+    def _run(self, k: int, inputs: Mapping[str, Any], done: list[int]) -> Iterator[int]:
+        """Copy ``k``, op by op; an op that raises marks the copy failed (a replica fault), not the job."""
+        ex = self.copies[k]
+        ops = ex.graph.ops
+        trace = self.trace
+        gen = ex.steps(inputs)
+        ran = 0
+        try:
+            for i in gen:
+                ran = i + 1
+                trace.append(ops[i])
+                yield len(trace) - 1
+        except Exception:  # noqa: BLE001 - the vote decides; the fault is counted and traced
+            self.c["copy_errors"] += 1
+            self.last_failed.append(k)
+            trace.append(ops[min(ran, len(ops) - 1)])   # the op that raised ran: book it
+            yield len(trace) - 1
+            return
+        finally:
+            gen.close()
+        done.append(k)
+
+    def _run_fallback(self, inputs: Mapping[str, Any]) -> Iterator[int]:
+        ex = self.fallback
+        assert ex is not None
+        ops = ex.graph.ops
+        for i in ex.steps({s.name: inputs[s.name] for s in ex.graph.inputs}):
+            self.trace.append(ops[i])
+            yield len(self.trace) - 1
+
+    def _agree(self, i: int, j: int) -> bool:
+        return outputs_equal(self.copies[i].outputs, self.copies[j].outputs, self.spec)
+
+    def _emit(self, verdict: int, copies: int) -> None:
+        rt = self._rt
+        if rt is None:
+            return
+        s = rt.sched
+        job = next((w.current for w in s.workers if w.current is not None and w.current.executor is self), None)
+        if job is None:
+            return   # not a scheduled job (warm-up)
+        with s.lock if rt.threaded else nullcontext():
+            s.emit(EventKind.COMPARE, rt.clock.now(), self._task, job.index, verdict, copies)
+
+    def run(self, inputs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Run one job to completion; returns the published output views (valid until the next job)."""
+        for _ in self.steps(inputs):
+            pass
+        return self.outputs
+
+    # ---- facts ------------------------------------------------------------------------------
+    @property
+    def executors(self) -> list[GraphExecutor]:
+        """Every executor this one owns (copies, then the in-job fallback)."""
+        return self.copies + ([self.fallback] if self.fallback is not None else [])
+
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes reserved in all copies' arenas."""
+        return sum(e.arena_bytes for e in self.executors)
+
+    def stats(self) -> dict[str, int]:
+        """Comparison counters plus the copies' executor counters, summed."""
+        out = dict(self.c)
+        for e in self.executors:
+            for k, v in e.stats().items():
+                if k != "jobs":
+                    out[k] = out.get(k, 0) + v
+        return out
+
+    def __repr__(self) -> str:
+        return f"RedundantExecutor({self.graph.name!r}, {self.spec.mode}, {self.spec.compare}, " \
+               f"{self.arena_bytes} B in arenas)"
+
+
+class Redundant:
+    """A ``TaskBinding.executor`` factory: the Runtime calls it to build a task's redundant executor."""
+
+    def __init__(self, spec: RedundancySpec) -> None:
+        self.spec = spec
+
+    def __call__(self, binding: Any, device: Device | None, *, owner: str, check_inputs: bool = True,
+                 capture: bool = False) -> RedundantExecutor:
+        return RedundantExecutor(binding.graph, self.spec, binding.fallback, device, owner=owner,
+                                 check_inputs=check_inputs, capture=capture)
+
+    def __repr__(self) -> str:
+        return f"Redundant({self.spec.mode}, {self.spec.compare})"

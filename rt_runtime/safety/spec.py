@@ -1,0 +1,92 @@
+"""The ``redundancy:`` key of a task: how many copies run and how their outputs are compared.
+
+Pure data, no torch: ``rt-runtime check`` reads it to multiply budgets without building graphs.
+
+    redundancy: dual                                  # two copies, bit-exact comparison (also: 2)
+    redundancy: {mode: dual, compare: exact, budget: worst_case}
+    redundancy: {mode: triple, atol: 1e-5, rtol: 0}   # three copies, within a tolerance (also: 3)
+
+Budgets: ``wcet`` is one run of the graph. A redundant job runs it ``copies`` times nominally
+and three times in the worst case: dual runs a third copy to vote when the first two disagree,
+so dual's worst case counts the third run (3x; 2x nominal). ``budget: nominal`` (the default)
+gives the analysis and the watchdog ``copies`` x wcet: a vote then shows as an overrun of that
+budget (traced; the task's ``on_overrun`` decides). ``budget: worst_case`` gives them 3 x wcet.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+MODES = {"dual": 2, "triple": 3}
+WORST_CASE_RUNS = 3   # dual: two runs nominal, a third on a mismatch; triple: always three
+SPEC_KEYS = ("mode", "compare", "atol", "rtol", "budget")
+BUDGETS = ("nominal", "worst_case")
+
+
+@dataclass(frozen=True)
+class RedundancySpec:
+    """Copies per job and the comparison (``exact``: bit for bit; ``tolerance``: |a-b| <= atol + rtol |b|)."""
+
+    mode: str = "dual"
+    compare: str = "exact"
+    atol: float = 0.0
+    rtol: float = 0.0
+    budget: str = "nominal"
+
+    @property
+    def copies(self) -> int:
+        """Copies every job runs (before any vote)."""
+        return MODES[self.mode]
+
+    @property
+    def nominal_factor(self) -> int:
+        """Graph runs of a job whose copies agree."""
+        return self.copies
+
+    @property
+    def worst_case_factor(self) -> int:
+        """Graph runs of a job in the worst case (dual: the third, voting copy counts)."""
+        return WORST_CASE_RUNS
+
+    @property
+    def budget_factor(self) -> int:
+        """What the analysis and the watchdog multiply ``wcet`` by (``budget``: nominal or worst case)."""
+        return self.worst_case_factor if self.budget == "worst_case" else self.nominal_factor
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain values, for reports."""
+        return {"mode": self.mode, "compare": self.compare, "atol": self.atol, "rtol": self.rtol,
+                "budget": self.budget}
+
+
+def parse_redundancy(value: object) -> RedundancySpec | None:
+    """A config value into a spec (None for ``none``/absent); ValueError says what is wrong."""
+    if value is None or value is False or value == "none":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = {2: "dual", 3: "triple"}.get(value, value)   # copies: 2 is dual, 3 is triple
+    if isinstance(value, str):
+        value = {"mode": value}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected 'dual', 'triple' or a mapping with mode, compare, atol, rtol; found {value!r}")
+    unknown = sorted(set(map(str, value)) - set(SPEC_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(SPEC_KEYS)}")
+    mode = value.get("mode", "dual")
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {', '.join(MODES)}, found {mode!r}")
+    tol = {}
+    for k in ("atol", "rtol"):
+        v = value.get(k, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+            raise ValueError(f"{k}: expected a non-negative number, found {v!r}")
+        tol[k] = float(v)
+    compare = value.get("compare", "tolerance" if any(tol.values()) else "exact")
+    if compare not in ("exact", "tolerance"):
+        raise ValueError(f"compare: expected 'exact' or 'tolerance', found {compare!r}")
+    if compare == "exact" and any(tol.values()):
+        raise ValueError("compare: 'exact' takes no atol/rtol (give compare: tolerance, or leave compare out)")
+    budget = value.get("budget", "nominal")
+    if budget not in BUDGETS:
+        raise ValueError(f"budget: expected one of {', '.join(BUDGETS)}, found {budget!r}")
+    return RedundancySpec(mode, compare, tol["atol"], tol["rtol"], budget)
