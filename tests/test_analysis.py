@@ -427,3 +427,18 @@ def test_let_bounds_hold_in_a_let_simulation(params):
             r = max(q for q in rel[i] if q + tasks[i].deadline <= r)
         age = max(age, rn + tasks[-1].deadline - r)
     assert age <= let_data_age(tasks)
+
+
+def test_analysis_ranks_ties_as_the_dispatcher_does():
+    """Equal periods / deadlines / priorities: the analysis and the runtime use one fixed key."""
+    from rt_runtime.analysis.rta import priority_order
+    from rt_runtime.sched.policy import as_policy
+
+    ms = 1_000_000
+    tasks = [Task("zeta", period_ns=10 * ms, wcet_ns=ms, deadline_ns=8 * ms, priority=1),
+             Task("alpha", period_ns=10 * ms, wcet_ns=ms, deadline_ns=8 * ms, priority=1),
+             Task("mid", period_ns=10 * ms, wcet_ns=ms, deadline_ns=6 * ms, priority=1)]
+    for policy in ("rm", "dm", "fp"):
+        ranks = as_policy(policy).priorities(tasks)
+        by_runtime = sorted(range(len(tasks)), key=lambda i: ranks[tasks[i].name])
+        assert priority_order(tasks, policy) == by_runtime

@@ -54,21 +54,23 @@ class RTAResult:
 
 
 def priority_order(tasks: Sequence[Task], policy: str) -> list[int]:
-    """Task indices from highest to lowest priority; ties go to the task listed first.
+    """Task indices from highest to lowest priority, ties broken as the runtime's dispatcher does.
 
     ``rm``: shorter period first (Liu & Layland 1973); ``dm``: shorter relative deadline first
-    (Leung & Whitehead 1982); ``fp``: the explicit ``priority``, a lower number first.
+    (Leung & Whitehead 1982); ``fp``: the explicit ``priority``, a lower number first. Ties go by
+    the deadline (or period), then the task name: the same fixed key as
+    ``rt_runtime.sched.policy.Policy.priorities``, so analysis and dispatch rank alike.
     """
     if policy == "rm":
-        key: Callable[[int], tuple[int, int]] = lambda i: (tasks[i].period_ns, i)
+        key: Callable[[int], tuple] = lambda i: (tasks[i].period_ns, tasks[i].deadline, tasks[i].name)
     elif policy == "dm":
-        key = lambda i: (tasks[i].deadline, i)
+        key = lambda i: (tasks[i].deadline, tasks[i].period_ns, tasks[i].name)
     elif policy == "fp":
         for t in tasks:
             if t.priority is None:
                 raise TaskError(t.name, "priority", "required under policy fp (a lower number is a higher "
                                                     "priority)")
-        key = lambda i: (tasks[i].priority, i)  # type: ignore[return-value]
+        key = lambda i: (tasks[i].priority, tasks[i].deadline, tasks[i].name)  # type: ignore[return-value]
     else:
         raise ValueError(f"policy: expected one of {', '.join(FIXED_PRIORITY_POLICIES)}, found {policy!r}")
     return sorted(range(len(tasks)), key=key)
