@@ -16,13 +16,7 @@ CAR, TRUCK, CYCLIST = (schema.CLASSES.index(c) for c in ("car", "truck", "cyclis
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread, as a runtime worker has: the CI machine is small and shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def pinhole_box(x, y, z, l, w, h, cam=CAM):
     """Reference projection, written independently: a forward-looking camera, axis-aligned box."""

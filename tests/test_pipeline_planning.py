@@ -19,13 +19,7 @@ ONE = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread, as a runtime worker has: the CI machine is small and shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def scene(obstacles=(), ego=(50.0, 0.0, 0.0, 10.0), route=ROUTE, t=0.0, last=None):
     """Planner inputs: static obstacles (x, y) with car size, their (static) predictions."""

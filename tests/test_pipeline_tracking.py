@@ -15,13 +15,7 @@ DT = 0.1
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread, as a runtime worker has: the CI machine is small and shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def fused(objects, vr=None):
     """Fused-object rows (base_link) for (x, y) LiDAR detections; optional Doppler per object."""
