@@ -87,13 +87,21 @@ class WorkerThread(threading.Thread):
         lock, cond = s.lock, w.cond
         now = clock.now
         self.ready.set()
-        with lock:
+
+        def wait_for_job() -> Any:
+            """The worker's next job, waiting on its condition until there is one (lock held)."""
             job = next_job(s, w, now())
             while job is None:
                 if rt._stopping:
-                    return
+                    return None
                 cond.wait()
                 job = next_job(s, w, now())
+            return job
+
+        with lock:
+            job = wait_for_job()
+        if job is None:
+            return
         while True:
             t0 = now()
             w.op_t0 = t0
@@ -115,12 +123,9 @@ class WorkerThread(threading.Thread):
                     w.stalled = False
                     s.watchdog.unstall(w.index)
                 complete_op(s, w, job, idx, t0, t1, done, err, filled)
-                job = next_job(s, w, now())
-                while job is None:
-                    if rt._stopping:
-                        return
-                    cond.wait()
-                    job = next_job(s, w, now())
+                job = wait_for_job()
+            if job is None:
+                return
 
 
 class WatchdogThread(threading.Thread):
