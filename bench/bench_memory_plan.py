@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from rt_runtime.memory import Buffer, lifetimes, plan_offsets  # noqa: E402
+from rt_runtime.memory import Buffer, MemoryPlan, lifetimes, plan_offsets  # noqa: E402
 
 Step = tuple[str, list[str], list[str]]
 
@@ -154,7 +154,7 @@ def realistic_sets() -> list[tuple[str, list[Buffer]]]:
     ]
 
 
-def pipeline_plans() -> list[tuple[str, "MemoryPlan"]]:
+def pipeline_plans() -> list[tuple[str, MemoryPlan]]:
     """The reference stack's graphs as the executor plans them: one plan per graph and pool."""
     from pipelines import camera, lidar, planning, prediction, radar, tracking
     from rt_runtime.memory.graph_plan import plan_graph

@@ -35,7 +35,8 @@ def main() -> None:
         ex = np.concatenate([r.tasks[name].exec_ns for r in results]) / 1e6
         rp = np.concatenate([r.tasks[name].response_ns for r in results]) / 1e6
         if len(ex):
-            print(f"{name:<18} {r0.tasks[name].released:>5} {np.percentile(ex, 50):>12.2f} {np.percentile(ex, 99):>12.2f} "
+            p50, p99 = np.percentile(ex, [50, 99])
+            print(f"{name:<18} {r0.tasks[name].released:>5} {p50:>12.2f} {p99:>12.2f} "
                   f"{ex.max():>12.2f} {np.percentile(rp, 99):>12.2f}")
 
 

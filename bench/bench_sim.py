@@ -62,7 +62,7 @@ def stages(seconds: float = 2.0) -> list[tuple[str, float]]:
             ser.append(time.perf_counter() - t1)
             times.append(t1 - t0)
         out.append((name, statistics.median(times)))
-        out.append((f"  -> message + CDR", statistics.median(ser)))
+        out.append(("  -> message + CDR", statistics.median(ser)))
     return out
 
 

@@ -19,7 +19,7 @@ COMMANDS = {
     "analyze": "analyse a trace: deadline misses and their causes, response times, chains, observed schedulability",
     "run": "run the stack as a live ROS 2 node: sensor topics in, trajectory, objects and diagnostics out",
     "play": "publish a bag's messages on their ROS 2 topics with their timing (and /clock), like `ros2 bag play`",
-    "faults": "fault-injection campaign over the built-in scenario: detected, recovered, wrong outputs, crashes per class",
+    "faults": "fault-injection campaign over the built-in scenario: detected, recovered, wrong outputs, crashes",
 }
 
 

@@ -124,7 +124,8 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     policy, tasks, chains = parse_taskset(doc, source)
     for key in doc:
         if key not in STACK_KEYS:
-            raise _fail(source, str(key), f"unknown top-level key; expected one of {', '.join(STACK_KEYS)}", fld=str(key))
+            raise _fail(source, str(key), f"unknown top-level key; expected one of {', '.join(STACK_KEYS)}",
+                        fld=str(key))
     raw_tasks = doc["tasks"]
     entries = {e["name"]: e for e in raw_tasks} if not isinstance(raw_tasks, Mapping) else \
         {n: {"name": n, **f} for n, f in raw_tasks.items()}
@@ -187,7 +188,8 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     except DurationError as e:
         raise ConfigError(source, str(e)) from None
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
-                       device=str(doc.get("device", "cpu")), workers=workers, threads=threads, frame=str(doc.get("frame", "map")),
+                       device=str(doc.get("device", "cpu")), workers=workers, threads=threads,
+                       frame=str(doc.get("frame", "map")),
                        diagnostics_period_ns=diag, remap=remap)
 
 

@@ -199,7 +199,8 @@ def _check_numpy(spec: TensorSpec, x: np.ndarray) -> tuple[str, object, object] 
         if not x.flags.c_contiguous:
             return ("layout", layout, f"strides {x.strides}")
     if spec.alignment > 1 and x.ctypes.data % spec.alignment:
-        return ("alignment", f"{spec.alignment} bytes", f"address % {spec.alignment} = {x.ctypes.data % spec.alignment}")
+        off = x.ctypes.data % spec.alignment
+        return ("alignment", f"{spec.alignment} bytes", f"address % {spec.alignment} = {off}")
     return None
 
 

@@ -58,7 +58,7 @@ class CpuDevice:
         return buf
 
     def view(self, storage: Any, offset: int, spec: TensorSpec, shape: tuple[int, ...] | None = None) -> Any:
-        """A view at ``offset`` of ``shape`` (default: the spec's largest); channels_last is NHWC memory seen as NCHW."""
+        """A view at ``offset`` of ``shape`` (default: the spec's largest); channels_last: NHWC memory seen as NCHW."""
         shape = spec.max_shape if shape is None else tuple(shape)
         nbytes = math.prod(shape) * spec.itemsize
         if self.array == "torch":

@@ -123,14 +123,9 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         raise ReplayError(f"{bag_path}: the configuration needs topic(s) {missing} that the bag does not have; "
                           f"the bag has {sorted(reader.topics)} (remap with --remap FROM=TO)")
 
-    bindings, initial = build_bindings(cfg)
     import torch
 
-    # Decoded arrays become tensors on the stack's device (zero copy on the CPU).
-    def to_device(a: Any) -> Any:
-        # Bag buffers are read-only views; the channel copies into its slot anyway, so copy only those.
-        t = torch.from_numpy(a if a.flags.writeable else a.copy())
-        return t if cfg.device == "cpu" else t.to(cfg.device, non_blocking=True)
+    bindings, initial = build_bindings(cfg)
     workers = workers or cfg.workers
     virtual = speed == "max"
     clock = VirtualClock() if virtual else WallClock(rate=float(speed))
@@ -194,7 +189,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                 bad[item.topic] = bad.get(item.topic, 0) + 1
                 continue
             for role, channel in item.route.channels.items():
-                rt.push(channel, item.t_ns, to_device(item.value[role]))
+                rt.push(channel, item.t_ns, _to_tensor(item.value[role], cfg.device))
             inputs += 1
             if quality is not None and item.route.codec == "odometry":
                 ego.append((item.log_ns, item.value["value"]))
@@ -232,6 +227,15 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         extra = {"channels": collector.channels, "cfg": cfg} if retain_channels else {}
         result.quality = quality(bag_path, collector.retained, reader.start_ns, ego, **extra)
     return result
+
+
+def _to_tensor(a: Any, device: str) -> Any:
+    """A decoded array as a tensor on the stack's device (zero copy on the CPU)."""
+    import torch
+
+    # Bag buffers are read-only views; torch wants writable memory, so only those are copied.
+    t = torch.from_numpy(a if a.flags.writeable else a.copy())
+    return t if device == "cpu" else t.to(device, non_blocking=True)
 
 
 def _progress(t_ns: int, total_ns: int) -> None:

@@ -45,7 +45,8 @@ def to_chrome_events(cols: TraceColumns, meta: dict[str, Any]) -> list[dict[str,
     # inside a simulated op is emitted before the op's end): a stable sort by time keeps both.
     order = np.argsort(cols.t_ns, kind="stable")
     open_job: dict[int, tuple[str, int]] = {}  # worker -> (task, job) whose slice is open
-    for k, t, tid, job, a, b in zip(*(getattr(cols, f)[order].tolist() for f in ("kind", "t_ns", "task", "job", "a", "b"))):
+    columns = (getattr(cols, f)[order].tolist() for f in ("kind", "t_ns", "task", "job", "a", "b"))
+    for k, t, tid, job, a, b in zip(*columns):
         task = cols.tasks[tid]
         ts = t / 1e3
         w = _worker_of(k, a, b)
