@@ -31,6 +31,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
     now_fn = clock.now
     pop = heapq.heappop
     process = s.process
+    specs = getattr(s, "speculators", ()) if virtual else ()   # speculation in slack: VirtualClock only
     while True:
         if s.inbox:
             s.drain_inbox()
@@ -94,7 +95,25 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                 if not job.overrun and job.exec_ns + (t1 - t0) > job.ts.wcet:
                     w.budget_at = t0 + max(0, job.ts.wcet - job.exec_ns)
             if started:
+                if specs:   # a mandatory job is ready: abandon any hypothesis part-way through
+                    for sp in specs:
+                        if sp.live:
+                            sp.abandon()
                 continue
+            if specs:   # slack: one speculative op that ends before the next known event, if any fits
+                t = tl[0][0] if tl else _INF
+                if t_op < t:
+                    t = t_op
+                if t_end < t:
+                    t = t_end
+                dt = -1
+                for sp in specs:
+                    dt = sp.step(now, t, cost, measured, mono)
+                    if dt >= 0:
+                        break
+                if dt >= 0:
+                    clock.sleep_until(now + dt, None)   # nothing is due before: the op ran in slack
+                    continue
         t = tl[0][0] if tl else _INF
         if t_op < t:
             t = t_op
