@@ -8,7 +8,6 @@ that about 1% of jobs miss and the per-miss accounting is exercised too. Reporte
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ from rt_runtime.analysis.trace_report import analyze_trace
 from rt_runtime.analysis.trace_text import format_report
 from rt_runtime.sched import Runtime, TaskBinding, VirtualClock, declared_cost
 from rt_runtime.trace import TraceColumns, TraceRing, load_trace, save_trace
+from timing import median_seconds  # noqa: E402 - bench/timing.py, beside this script
 
 N_EVENTS, REPEATS, MS = 1_000_000, 3, 1_000_000
 TASKS = [  # name, period ms, deadline ms, wcet ms, op costs us
@@ -77,12 +77,8 @@ def make_trace(path: Path) -> tuple[int, float]:
 
 
 def median_s(fn: Callable[[], object]) -> float:
-    runs = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs)
+    """Median wall time of REPEATS calls (no warm-up: the first analysis is part of the figure)."""
+    return median_seconds(fn, REPEATS, warmup=0)
 
 
 def main() -> None:

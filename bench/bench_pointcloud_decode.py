@@ -9,10 +9,8 @@ Run standalone: `python bench/bench_pointcloud_decode.py` (a few seconds).
 """
 from __future__ import annotations
 
-import statistics
 import struct
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 from rt_runtime.bag import array_to_cloud, cloud_to_array, cloud_xyz, from_cdr, to_cdr  # noqa: E402
+from timing import median_seconds  # noqa: E402 - bench/timing.py, beside this script
 
 DTYPE = np.dtype({"names": ["x", "y", "z", "intensity", "ring", "t"],
                   "formats": ["<f4", "<f4", "<f4", "<f4", "<u2", "<f4"],
@@ -52,13 +51,7 @@ def struct_loop(msg: object) -> list[tuple]:
 
 def median_time(fn: Callable[[], object], repeats: int) -> float:
     """Median wall time of `repeats` calls (after one warm-up)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return median_seconds(fn, repeats)
 
 
 def main() -> int:

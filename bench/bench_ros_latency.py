@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from rt_runtime.io.ingress import decode  # noqa: E402
 from rt_runtime.ros.msgtypes import ros_class  # noqa: E402
 from rt_runtime.ros.probe import Probe  # noqa: E402
 from rt_runtime.sim import LidarModel, Rig, record  # noqa: E402
+from timing import median_seconds  # noqa: E402 - bench/timing.py, beside this script
 
 QUICK = bool(os.environ.get("BENCH_QUICK"))
 SECONDS = 3.0 if QUICK else 8.0
@@ -57,13 +57,8 @@ OUT = {"/planning/trajectory": "nav_msgs/msg/Path", "/perception/objects": "visu
 
 
 def median_ms(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    """Median wall time of `repeats` calls in ms (after one warm-up)."""
+    return median_seconds(fn, repeats) * 1e3
 
 
 def pct(xs: list[float], q: float) -> float:
