@@ -168,7 +168,9 @@ def test_injected_overload_makes_the_watchdog_publish_the_degraded_trajectory(sh
 
         def degraded() -> bool:
             return latest(probe, "rt_runtime: task planning").get("message") == "degraded"
-        with cli(["play", str(short_bag), "--wait-for-subscriber", "20"], domain, tmp_path / "play.log") as player:
+        # --loop: the 3 s recording keeps the sensors alive however long the degrade takes here.
+        with cli(["play", str(short_bag), "--loop", "--wait-for-subscriber", "20"], domain,
+                 tmp_path / "play.log") as player:
             assert probe.spin_until(degraded, timeout=30), statuses(probe)[-14:]
             seen = len(probe.messages("/planning/trajectory"))
             assert probe.spin_until(lambda: len(probe.messages("/planning/trajectory")) >= seen + 3, timeout=5)
