@@ -171,35 +171,14 @@ def train(x: torch.Tensor, labels, steps: int, batch: int, seed: int, log_every:
     return net.eval()
 
 
-def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise IoU of (N, 4) and (M, 4) boxes u1, v1, u2, v2."""
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = lambda r: (r[:, 2] - r[:, 0]) * (r[:, 3] - r[:, 1])  # noqa: E731
-    return inter / np.maximum(area(a)[:, None] + area(b)[None, :] - inter, 1e-9)
-
-
-def match(det: np.ndarray, rects: np.ndarray, cls: np.ndarray, care: np.ndarray) -> tuple[int, int, int, int]:
-    """Greedy by score at IoU >= 0.5: (hits, false alarms, misses, hits with the right class)."""
-    ious = iou(det[:, :4], rects) if len(det) and len(rects) else np.zeros((len(det), len(rects)))
-    taken = np.zeros(len(rects), bool)
-    tp = fp = right = 0
-    for i in np.argsort(-det[:, 4], kind="stable"):
-        cand = np.where(~taken & care, ious[i], 0.0)
-        j = int(cand.argmax()) if len(rects) else -1
-        if j >= 0 and cand[j] >= 0.5:
-            taken[j] = True
-            tp += 1
-            right += int(det[i, 5] == cls[j])
-        elif not (len(rects) and (ious[i][~care] >= 0.5).any()):  # a hit on a don't-care box is neither
-            fp += 1
-    return tp, fp, int(care.sum()) - tp, right
-
-
 def evaluate(weights: str | None, scenarios, seeds, every: float = 1.0) -> dict[str, float]:
-    """Precision and recall of the camera graph (GraphExecutor) on the given runs."""
+    """Precision and recall of the camera graph (GraphExecutor) on the given runs.
+
+    Matching is the replay's own (``rt_runtime.replay.quality.match_camera``), so the figures the
+    training reports and those a replay reports are counted alike.
+    """
     from rt_runtime.exec import GraphExecutor
+    from rt_runtime.replay.quality import match_camera
 
     ex = GraphExecutor(build_camera_graph(weights=weights))
     tp = fp = fn = right = 0
@@ -208,7 +187,7 @@ def evaluate(weights: str | None, scenarios, seeds, every: float = 1.0) -> dict[
             for img, rects, cls, care in frames(name, seed, every=every):
                 out = ex.run({"image": torch.from_numpy(img)})
                 det = out["camera_boxes"][: int(out["camera_box_count"])].numpy()
-                a, b, c, d = match(det, rects, cls, care)
+                a, b, c, d = match_camera(det, rects, cls, care)
                 tp, fp, fn, right = tp + a, fp + b, fn + c, right + d
     return {"precision": tp / max(tp + fp, 1), "recall": tp / max(tp + fn, 1), "hits": tp, "false_alarms": fp,
             "misses": fn, "class_accuracy": right / max(tp, 1)}

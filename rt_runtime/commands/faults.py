@@ -9,12 +9,10 @@ from typing import Any
 
 
 def default_campaign() -> Path:
-    """config/campaign.yaml of the source tree, else the installed share/ copy."""
-    for c in (Path(__file__).resolve().parents[2] / "config" / "campaign.yaml",
-              Path(sys.prefix) / "share" / "rt_runtime" / "config" / "campaign.yaml"):
-        if c.is_file():
-            return c
-    raise FileNotFoundError("config/campaign.yaml: not found in the source tree or share/rt_runtime/config")
+    """The default fault campaign (config/campaign.yaml)."""
+    from ..replay.defaults import config_file
+
+    return config_file("campaign.yaml")
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:

@@ -18,13 +18,18 @@ def cache_dir() -> Path:
     return base / "rt_runtime"
 
 
-def default_config() -> Path:
-    """The reference stack's configuration: the source tree's, else the installed share/ copy."""
-    for candidate in (Path(__file__).resolve().parents[2] / "config" / "stack.yaml",
-                      Path(sys.prefix) / "share" / "rt_runtime" / "config" / "stack.yaml"):
+def config_file(name: str) -> Path:
+    """``config/<name>`` of the source tree, else the installed ``share/rt_runtime/config`` copy."""
+    for candidate in (Path(__file__).resolve().parents[2] / "config" / name,
+                      Path(sys.prefix) / "share" / "rt_runtime" / "config" / name):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError("config/stack.yaml: not found in the source tree or share/rt_runtime/config")
+    raise FileNotFoundError(f"config/{name}: not found in the source tree or share/rt_runtime/config")
+
+
+def default_config() -> Path:
+    """The reference stack's configuration."""
+    return config_file("stack.yaml")
 
 
 def default_bag(progress: bool = False) -> Path:
