@@ -1,50 +1,65 @@
-"""Speculative execution: run a task's next job on predicted inputs in slack time, commit on a match.
+"""Speculative execution: run a periodic task's next job on predicted inputs in slack time; commit on a match.
 
-A task opts in with ``TaskBinding(..., speculate=Speculate(hypotheses, k=..., atol=...))``. At each
-release the runtime keeps a copy of the job's snapshotted inputs. ``hypotheses(last_inputs,
-last_release_ns, next_release_ns)`` turns them into up to ``k`` predicted input sets for the next
-release (a dict per hypothesis; inputs it leaves out keep their last value), e.g. obstacles keep
-going / brake, the ego's odometry propagated by its velocity to the next release time.
+A task opts in with ``TaskBinding(..., speculate=Speculate(hypotheses, k=..., atol=...))`` (or the
+``speculate:`` key of a stack file, see ``build_speculate``).
 
-Slack (inline driver on a ``VirtualClock`` only): when no worker has a mandatory op to start and
-the task's worker is idle, the driver asks ``Speculator.step``; it runs *one* op of the current
-hypothesis on its own ``GraphExecutor`` (one per hypothesis: its own arenas, so a cached result
-survives and cannot touch the primary's memory), and only if ``now + expected cost`` is strictly
-before the next known event (timeline head: release, ingress, deadline; any op completion; the
-end of the run).
-Expected cost: the op's last cost as the cost model gave it (the primary job's measurement before
-the first speculative run). Nothing happens in the system during that op, so mandatory jobs'
-response times cannot grow. When a mandatory job becomes ready the hypothesis in progress is
-abandoned (its ops count as wasted).
+**The basis.** Under LET the inputs of the next job (released at R) are partly known before R:
+a channel written by a task takes, at R, the output of the last job of that task whose deadline
+is at or before R, and once that job has *finished* its output sits in a reserved slot waiting
+for its deadline. So the basis of a hypothesis is, per input: that pending output if there is
+one; else the channel's current message. If a job whose output is due by R has not finished
+yet, the basis is not known and nothing is speculated. Inputs fed by ingress (sensors) hold
+their latest message in the basis; predicting them is the hypotheses' job.
 
-At the next real release the validator compares the snapshot with each completed hypothesis: per
-input, the max absolute difference on the valid rows (``rows``: input -> the input holding its
-row count) must be ``<= atol``. A match commits the cached outputs into the job's slots: the job
-finishes at its release without running (it still publishes at its LET deadline). No match: the
-job runs as usual. With ``atol == 0`` a hit commits exactly what the graph would compute (the
-replay stays bit-exact for deterministic ops); a non-zero tolerance trades that for latency, and
-a hit on inputs that are not bit-equal marks the run non-deterministic.
+**Hypotheses.** ``hypotheses(basis, written_ns, R)`` (``written_ns``: the logical time each
+basis value was, or will be, written) returns up to ``k`` predicted input sets for the release
+at R (a dict per hypothesis; inputs it leaves out keep their basis value): e.g. the ego's
+odometry propagated to the last message before R, or obstacles that keep going / brake. When the
+task-written part of the basis changes (a new output became known), the hypotheses in hand are
+dropped (their ops count as wasted) and new ones are made.
+
+**Slack** (inline driver on a ``VirtualClock``): when no worker has a mandatory op to start and
+the task's worker is idle, the driver calls ``Speculator.step``: it runs *one* op of the current
+hypothesis on its own ``GraphExecutor`` (one per hypothesis, with its own arenas, so a cached
+result survives and cannot touch the primary's memory), and only if ``now + expected cost`` is
+strictly before the next event that can make a job ready (``Scheduler.next_ready_event``: a
+release, a message on a trigger channel, a publish into one, a deadline of an unfinished job) and
+before the end of the run. Expected cost: the op's last cost (the primary job's measurement
+before the first speculative run), times ``margin`` under a measured cost model. Nothing that
+could start a job happens during that op, so mandatory jobs' response times do not grow. When a
+mandatory job becomes ready the hypothesis in progress is abandoned (its ops are wasted).
+
+**Validation** at the real release: per input, the snapshot and each completed hypothesis must
+agree within ``atol`` (per input; a list is per column, the last axis) on the valid rows
+(``rows``: input -> the input holding its row count). A match commits the cached outputs into the
+job's slots: the job finishes at its release without running (it still publishes at its LET
+deadline, or at once with ``publish: on_finish``). No match: the job runs as usual. With
+``atol == 0`` a hit commits exactly what the graph would compute (the replay stays bit-exact for
+deterministic ops); a non-zero tolerance trades that for latency, and a hit on inputs that are
+not bit-equal marks the run non-deterministic.
 
 Trace: ``REACTION`` with ``a = REACT_SPEC_HIT`` (5) or ``REACT_SPEC_MISS`` (6), ``b`` = task mode.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
 from ..core.task import TaskError
 from ..exec.executor import GraphExecutor
+from ..sched.channel import ChannelPolicy
 from ..sched.events import EventKind
+from ..sched.job import FINISHED
 
 REACT_SPEC_HIT, REACT_SPEC_MISS = 5, 6
 
-# (last job's inputs, its release, the next release) -> predicted input sets for the next release.
-Hypotheses = Callable[[Mapping[str, Any], int, int], "list[Mapping[str, Any]]"]
+# (basis inputs, the logical time each was written, the next release) -> predicted input sets.
+Hypotheses = Callable[[Mapping[str, Any], Mapping[str, int], int], "Sequence[Mapping[str, Any]]"]
 
 _COUNTERS = ("speculations", "completed", "spec_ops", "hits", "misses", "no_hypothesis", "ops_wasted",
-             "abandoned", "errors", "latency_saved_ns", "late_ops")
+             "abandoned", "restarts", "errors", "latency_saved_ns", "late_ops")
 
 
 @dataclass(frozen=True)
@@ -52,14 +67,23 @@ class Speculate:
     """What a ``TaskBinding.speculate`` holds: the hypotheses, how many, and the validator's tolerance."""
 
     hypotheses: Hypotheses
-    k: int = 2                                   # at most this many hypotheses per release
-    atol: float | Mapping[str, float] = 0.0      # per input (a mapping) or for all; 0: exact
-    rows: Mapping[str, str] | None = None        # input -> count input: compare only its valid rows
-    margin: float = 2.0                          # expected-cost factor under a measured cost model
+    k: int = 2                                          # at most this many hypotheses per release
+    atol: float | Mapping[str, Any] = 0.0               # for all inputs, or per input (a number or per column)
+    rows: Mapping[str, str] | None = None               # input -> count input: compare only its valid rows
+    margin: float = 2.0                                 # expected-cost factor under a measured cost model
 
     def bind(self, ts: Any, sched: Any) -> "Speculator":
         """Called by the Scheduler for the task: build its speculator (executors, cache, counters)."""
         return Speculator(self, ts, sched)
+
+
+class _Basis:
+    """The next job's inputs as far as they are known now, and what identifies the task-written part."""
+
+    __slots__ = ("inputs", "written", "key")
+
+    def __init__(self, inputs: dict[str, Any], written: dict[str, int], key: tuple) -> None:
+        self.inputs, self.written, self.key = inputs, written, key
 
 
 class Speculator:
@@ -68,18 +92,33 @@ class Speculator:
     def __init__(self, spec: Speculate, ts: Any, sched: Any) -> None:
         if spec.k < 1:
             raise TaskError(ts.name, "speculate", f"k must be >= 1, found {spec.k}")
+        if ts.triggered:
+            raise TaskError(ts.name, "speculate", "speculation needs a periodic task (a triggered task's next "
+                                                  "release is not known in advance)")
         primary = ts.executors[0]
         if not hasattr(primary, "op_start_ns"):
             raise TaskError(ts.name, "speculate", "speculation needs a plain GraphExecutor as the primary")
+        g = primary.graph
+        names = {s.name for s in g.inputs}
+        for what, keys in (("atol", spec.atol if isinstance(spec.atol, Mapping) else {}), ("rows", spec.rows or {})):
+            unknown = sorted(set(keys) - names)
+            if unknown:
+                raise TaskError(ts.name, f"speculate.{what}", f"graph '{g.name}' has no input(s) {unknown}; "
+                                                              f"its inputs are {sorted(names)}")
         self.spec, self.ts, self.s = spec, ts, sched
         self.primary = primary
-        g = primary.graph
         self.ops = g.ops
         self.execs = [GraphExecutor(g, primary.device, owner=f"{ts.name}/spec{i}") for i in range(spec.k)]
+        self.tol = {s.name: _tolerance(spec.atol, s.name) for s in g.inputs}
+        for s_ in g.inputs:
+            tol = self.tol[s_.name]
+            if isinstance(tol, torch.Tensor) and (not s_.shape or s_.shape[-1] != len(tol)):
+                raise TaskError(ts.name, "speculate.atol", f"input '{s_.name}' has shape {s_.shape}: a per-column "
+                                                           f"tolerance needs {s_.shape[-1] if s_.shape else 0} "
+                                                           f"values, found {len(tol)}")
         self.est: list[int | None] = [None] * len(g.ops)   # last cost of each op (virtual ns)
-        self.last: dict[str, Any] | None = None             # the last release's inputs (copied)
-        self.last_r = 0
-        self.todo: list[dict[str, Any]] | None = None       # hypotheses for the next release
+        self.basis_key: tuple | None = None                # what the hypotheses in hand were built from
+        self.todo: list[dict[str, Any]] = []               # hypotheses for the next release
         self.cache: list[tuple[dict[str, Any], Any, int]] = []   # (inputs, executor, ops) completed
         self.k = 0                                          # next hypothesis to run
         self.gen: Iterator[int] | None = None
@@ -93,26 +132,22 @@ class Speculator:
         self.abandon()
         hit = None
         if self.cache and not job.fallback:
-            for i, (hin, ex, _) in enumerate(self.cache):
+            for i, (hin, _, _) in enumerate(self.cache):
                 if self._match(job.inputs, hin):
                     hit = i
                     break
-            wasted = sum(n for i, (_, _, n) in enumerate(self.cache) if i != hit)
-            c["ops_wasted"] += wasted
+            c["ops_wasted"] += sum(n for i, (_, _, n) in enumerate(self.cache) if i != hit)
             if hit is None:
                 c["misses"] += 1
                 s.emit(EventKind.REACTION, r, ts.name, job.index, REACT_SPEC_MISS, ts.mode)
-        elif self.todo is not None:
-            c["no_hypothesis"] += 1   # no completed hypothesis (no slack, or none given)
-        self.last = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in job.inputs.items()}
-        self.last_r = r
-        self.todo = None
-        self.k = 0
-        cache, self.cache = self.cache, []
+        elif self.basis_key is not None:
+            c["no_hypothesis"] += 1   # hypotheses were made but none completed in slack
+        cache = self.cache
+        self._reset()
         if hit is None:
             return False
         hin, ex, _ = cache[hit]
-        if not self._exact(job.inputs, hin):
+        if not self._match(job.inputs, hin, exact=True):
             s.mark_nondeterministic(r, f"task '{ts.name}' job {job.index} committed speculative outputs "
                                        "within tolerance")
         c["hits"] += 1
@@ -126,14 +161,20 @@ class Speculator:
         s.finish(job, r, ts.worker)
         return True
 
+    def _reset(self) -> None:
+        self.basis_key = None
+        self.todo = []
+        self.cache = []
+        self.k = 0
+
     def _rows(self, inputs: Mapping[str, Any], name: str) -> int | None:
         rows = self.spec.rows
         if rows is None or name not in rows:
             return None
         return int(torch.as_tensor(inputs[rows[name]]).reshape(-1)[0])
 
-    def _match(self, real: Mapping[str, Any], hyp: Mapping[str, Any]) -> bool:
-        atol = self.spec.atol
+    def _match(self, real: Mapping[str, Any], hyp: Mapping[str, Any], exact: bool = False) -> bool:
+        """True if every input agrees (within its tolerance, or bit for bit with ``exact``) on its valid rows."""
         for name, a in real.items():
             b = hyp.get(name)
             if b is None:
@@ -146,33 +187,78 @@ class Speculator:
                 a_t, b_t = a_t[:n], b_t[:n]
             if a_t.shape != b_t.shape:
                 return False
-            tol = atol.get(name, 0.0) if isinstance(atol, Mapping) else atol
             if a_t.numel() == 0:
                 continue
-            if tol == 0:
+            tol = 0.0 if exact else self.tol[name]
+            if isinstance(tol, float) and tol == 0.0:
                 if not torch.equal(a_t, b_t):
                     return False
-            elif float((a_t.double() - b_t.double()).abs().max()) > tol:
+            elif not bool(((a_t.double() - b_t.double()).abs() <= tol).all()):
                 return False
         return True
 
-    def _exact(self, real: Mapping[str, Any], hyp: Mapping[str, Any]) -> bool:
-        for name, a in real.items():
-            n = self._rows(real, name)
-            a_t, b_t = torch.as_tensor(a), torch.as_tensor(hyp[name])
-            if n is not None:
-                a_t, b_t = a_t[:n], b_t[:n]
-            if not torch.equal(a_t, b_t):
-                return False
-        return True
+    # ---- the basis ------------------------------------------------------------------------------
+    def basis(self, release: int) -> _Basis | None:
+        """The inputs the job released at ``release`` will see, as far as known now (module docstring)."""
+        s, ts = self.s, self.ts
+        wanted = {ch.name for _, ch, _ in ts.readers}
+        pending: dict[str, tuple[int, Any]] = {}   # channel -> (publish time, slot) due by the release
+        for e in s.timeline:
+            if e[1] != 0 or e[0] > release:
+                continue
+            job = e[4]
+            for (_, ch), slot in zip(job.ts.writers, job.outs):
+                if ch.name not in wanted:
+                    continue
+                if job.state != FINISHED:
+                    return None   # an output due before the release is not computed yet
+                if ch.name not in pending or e[0] > pending[ch.name][0]:
+                    pending[ch.name] = (e[0], slot)
+        inputs: dict[str, Any] = {}
+        written: dict[str, int] = {}
+        key = []
+        for gin, ch, rid in ts.readers:
+            p = pending.get(ch.name)
+            if p is not None:
+                t, slot = p
+            else:
+                if ch.policy is ChannelPolicy.LATEST:
+                    slot = ch.latest()
+                else:
+                    r = ch.readers[rid]
+                    slot = r.fifo[0] if r.fifo else r.last
+                if slot is None:
+                    return None
+                t = slot.t_ns
+            inputs[gin] = slot.data
+            written[gin] = t
+            if ch.name in s.written_channels:
+                key.append((gin, id(slot), t))
+        return _Basis(inputs, written, tuple(key))
+
+    def _restart(self, b: _Basis, release: int) -> None:
+        """New hypotheses from a new basis; what was done for the old one is wasted."""
+        c = self.c
+        if self.gen is not None or self.cache:
+            c["restarts"] += 1
+        self.abandon(count=False)
+        c["ops_wasted"] += sum(n for _, _, n in self.cache)
+        self.cache = []
+        self.k = 0
+        hyps = list(self.spec.hypotheses(b.inputs, b.written, release))[:self.spec.k]
+        # The basis views live in channel slots that will be reused: the hypotheses keep copies.
+        base = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in b.inputs.items()}
+        self.todo = [{**base, **h} for h in hyps]
+        self.basis_key = b.key
 
     # ---- slack (inline driver) ----------------------------------------------------------------
-    def abandon(self) -> None:
+    def abandon(self, count: bool = True) -> None:
         """Drop the hypothesis in progress (a mandatory job became ready); its ops are wasted."""
         if self.gen is not None:
             self.gen.close()
             self.gen = None
-            self.c["abandoned"] += 1
+            if count:
+                self.c["abandoned"] += 1
             self.c["ops_wasted"] += self.ops_done
             self.k += 1   # do not retry it: it could be abandoned again and again
             self.ops_done = 0
@@ -185,12 +271,14 @@ class Speculator:
     def step(self, now: int, t_next: int, cost: Any, measured: bool, mono: Callable[[], int]) -> int:
         """Run one speculative op if it fits before ``t_next``; returns its virtual cost, or -1."""
         ts = self.ts
-        if self.last is None or ts.mode or ts.active or self.s.workers[ts.worker].pending is not None:
+        if ts.mode or ts.active or self.s.workers[ts.worker].pending is not None:
             return -1
-        if self.todo is None:
-            nxt = self.last_r + ts.period
-            hyps = list(self.spec.hypotheses(self.last, self.last_r, nxt))[:self.spec.k]
-            self.todo = [{**self.last, **h} for h in hyps]
+        release = ts.offset + ts.next_index * ts.period
+        b = self.basis(release)
+        if b is None:
+            return -1
+        if b.key != self.basis_key:
+            self._restart(b, release)
         if self.k >= len(self.todo):
             return -1
         i = self.ops_done
@@ -202,7 +290,7 @@ class Speculator:
             est = cost(ts.name, -1, i, self.ops[i], max(0, p.op_end_ns[i] - p.op_start_ns[i]))
         if measured:
             est = int(est * self.spec.margin)
-        if now + est >= t_next:   # it must end before the next known event, never at or past it
+        if now + est >= t_next:   # it must end before the next event that can start a job
             return -1
         c = self.c
         if self.gen is None:
@@ -245,3 +333,16 @@ class Speculator:
 
     def __repr__(self) -> str:
         return f"Speculator({self.ts.name!r}, k={self.spec.k}, atol={self.spec.atol})"
+
+
+def _tolerance(atol: float | Mapping[str, Any], name: str) -> Any:
+    """An input's tolerance: a float, or a float64 tensor over the last axis (per column)."""
+    v = atol.get(name, 0.0) if isinstance(atol, Mapping) else atol
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if v < 0:
+            raise ValueError(f"speculate.atol: '{name}' must be >= 0, found {v}")
+        return float(v)
+    t = torch.as_tensor(list(v), dtype=torch.float64)
+    if t.ndim != 1 or bool((t < 0).any()):
+        raise ValueError(f"speculate.atol: '{name}' expected a number or a list of non-negative numbers, found {v!r}")
+    return t

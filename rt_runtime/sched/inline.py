@@ -100,8 +100,8 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                         if sp.live:
                             sp.abandon()
                 continue
-            if specs:   # slack: one speculative op that ends before the next known event, if any fits
-                t = tl[0][0] if tl else _INF
+            if specs:   # slack: one speculative op that ends before anything can start a job, if one fits
+                t = s.next_ready_event()
                 if t_op < t:
                     t = t_op
                 if t_end < t:

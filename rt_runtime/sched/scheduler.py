@@ -57,6 +57,7 @@ class Scheduler:
         self._ingress_seq = 0
         self.watchdog = Watchdog(self)
         self.speculators: list[Any] = []   # tasks whose binding asks for speculation (safety.speculation)
+        self.written_channels = {ch.name for ts in tasks for _, ch in ts.writers}
         for ts in tasks:
             sp = ts.binding.speculate
             ts.spec = sp.bind(ts, self) if sp is not None else None
@@ -101,6 +102,27 @@ class Scheduler:
         while inbox:
             ch, t, data = inbox.popleft()
             self.push(ch, t, data)
+
+    def next_ready_event(self) -> int:
+        """The first instant on the timeline at which a job may become ready (or a miss be declared):
+        a release, a message on a trigger channel, a publish into one, the deadline of an unfinished
+        job. Other entries (a message or a publish nobody is triggered by) start nothing."""
+        t_min = 1 << 62
+        trig = self.triggers
+        for e in self.timeline:
+            t = e[0]
+            if t >= t_min:
+                continue
+            phase = e[1]
+            if phase == 2 or (phase == 1 and e[2] in trig):
+                t_min = t
+            elif phase == 0:
+                job = e[4]
+                st = job.state
+                if st == READY or st == RUNNING or st == PREEMPTED or (
+                        st == FINISHED and not job.ts.on_finish and any(ch.name in trig for _, ch in job.ts.writers)):
+                    t_min = t
+        return t_min
 
     # ---- the timeline -----------------------------------------------------------------------
     def process(self, entry: tuple) -> None:
