@@ -20,6 +20,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--trace", help="write a trace file for `rt-runtime analyze`")
     p.add_argument("--remap", action="append", default=[], metavar="FROM=TO", help="rename a topic the config uses")
     p.add_argument("--until", type=float, metavar="S", help="stop after S seconds of the bag")
+    p.add_argument("--speculate", action=argparse.BooleanOptionalAction, default=None,
+                   help="turn the config's speculate: keys on (or off with --no-speculate); default: as configured")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
 
@@ -37,6 +39,9 @@ def result_json(r: Any) -> dict[str, Any]:
     }
     if r.quality is not None:
         doc["quality"] = r.quality
+    spec = {name: s["speculation"] for name, s in r.stats.items() if "speculation" in s}
+    if spec:
+        doc["speculation"] = spec
     return doc
 
 
@@ -59,9 +64,17 @@ def print_summary(r: Any, out: Any = sys.stdout) -> None:
         print(f"quality: collision-free {f(plan.get('collision_free_rate'))} of {plan.get('trajectories', 0)} plans, "
               f"min clearance {f(plan.get('min_clearance_m'), ' m')}; detection precision "
               f"{f(det.get('precision'))}, recall {f(det.get('recall'))}", file=out)
+    for name, s in r.stats.items():
+        sp = s.get("speculation")
+        if sp is not None:
+            n = max(1, int(s.get("released", 0)) - 1)   # the first job has nothing to speculate from
+            print(f"speculation ({name}): {sp['hits']} hits of {n} releases ({100 * sp['hits'] / n:.0f}%), "
+                  f"{sp['misses']} misses, {sp['no_hypothesis']} without a finished hypothesis; "
+                  f"{sp['latency_saved_ns'] / 1e6:.1f} ms of planning saved, {sp['ops_wasted']} of "
+                  f"{sp['spec_ops']} speculative ops wasted", file=out)
     verdict = "deterministic: no deadline missed, no timing fault" if r.deterministic else \
-        f"NOT deterministic: {r.misses} deadline miss(es), {r.timing_faults} timing fault(s) in all; outputs " \
-        "after the first depend on timing"
+        f"NOT deterministic: {r.misses} deadline miss(es), {r.timing_faults} timing fault(s), " \
+        f"{r.inexact_commits} speculative commit(s) within tolerance in all; outputs after the first depend on timing"
     print(f"output digest {r.output_digest[:16]}…  {verdict}", file=out)
 
 
@@ -88,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         bag = args.bag or default_bag(progress=sys.stderr.isatty())
         result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                         out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
-                        until_s=args.until, quality=quality_from_outputs)
+                        until_s=args.until, quality=quality_from_outputs, speculate=args.speculate)
     except (ConfigError, ReplayError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     if args.json:

@@ -214,8 +214,43 @@ def _graph(cfg: StackConfig, task: str, key: str, device: str) -> Graph | None:
     return graph
 
 
-def build_bindings(cfg: StackConfig, device: str | None = None) -> tuple[list[TaskBinding], dict[str, Any]]:
-    """Build every task's graph and binding, and the initial channel values (channel -> tensor)."""
+def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None) -> Any:
+    """The task's ``speculate:`` key as a ``Speculate`` (None when absent or off)."""
+    from ..safety.spec import parse_speculate
+
+    spec = parse_speculate(cfg.entries[task].get("speculate"))   # validated by parse_task
+    if spec is None or on is False or (on is None and not spec.enabled):
+        return None
+    from ..safety.speculation import Speculate
+
+    shapes = {t.name: t.shape for t in graph.inputs} if graph is not None else {}
+    atol = spec.atol if isinstance(spec.atol, Mapping) else {}
+    for what, names in (("atol", atol), ("rows", spec.rows or {})):
+        unknown = sorted(set(names) - set(shapes))
+        if unknown:
+            raise _fail(cfg.source, f"task '{task}': speculate.{what}", f"the graph has no input(s) {unknown}; its "
+                        f"inputs are {sorted(shapes)}", task=task, fld="speculate")
+    for name, v in atol.items():
+        if isinstance(v, (list, tuple)) and (not shapes[name] or shapes[name][-1] != len(v)):
+            raise _fail(cfg.source, f"task '{task}': speculate.atol.{name}", f"expected one tolerance per column "
+                        f"({shapes[name][-1] if shapes[name] else 0} for shape {shapes[name]}), found {len(v)}",
+                        task=task, fld="speculate")
+    factory = resolve(spec.hypotheses, cfg.source, f"task '{task}': speculate.hypotheses", task)
+    try:
+        hypotheses = factory(**spec.args)
+    except (TypeError, ValueError) as e:
+        raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} rejected its arguments "
+                    f"({e})", task=task, fld="speculate") from None
+    return Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin)
+
+
+def build_bindings(cfg: StackConfig, device: str | None = None,
+                   speculate: bool | None = None) -> tuple[list[TaskBinding], dict[str, Any]]:
+    """Build every task's graph and binding, and the initial channel values (channel -> tensor).
+
+    ``speculate``: None runs the ``speculate:`` keys as configured (``enabled``), True turns every
+    declared one on, False turns them all off.
+    """
     device = device or cfg.device
     bindings: list[TaskBinding] = []
     initial: dict[str, Any] = {}
@@ -241,7 +276,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None) -> tuple[list[Ta
                 outputs=_mapping(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
                 fallback=fallback, on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
-                worker=e.get("worker"), executor=executor)
+                worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph))
         except (TaskError, ValueError) as err:
             raise ConfigError(cfg.source, str(err), task=task.name) from None
         bindings.append(binding)

@@ -146,6 +146,16 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
             raise fail("redundancy", str(e)) from None
         if spec is not None:   # wcet is one run; a redundant job runs 2-3 (docs/SAFETY.md, "Budgets")
             d["wcet"] *= spec.budget_factor
+    if entry.get("speculate") is not None:
+        from ..safety.spec import parse_speculate
+
+        try:
+            parse_speculate(entry["speculate"])
+        except ValueError as e:
+            raise fail("speculate", str(e)) from None
+        if trigger is not None:
+            raise fail("speculate", "speculation needs a periodic task (a triggered task's next release is not "
+                                    "known in advance)")
     priority = entry.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise fail("priority", f"expected an integer (a lower number is a higher priority), found {priority!r}")

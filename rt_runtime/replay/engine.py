@@ -86,9 +86,15 @@ class ReplayResult:
         return sum(int(s.get(k, 0)) for s in self.stats.values() for k in TIMING_FAULTS)
 
     @property
+    def inexact_commits(self) -> int:
+        """Speculative outputs committed for inputs that were within tolerance but not bit-equal."""
+        return sum(int(s.get("speculation", {}).get("inexact_hits", 0)) for s in self.stats.values())
+
+    @property
     def deterministic(self) -> bool:
-        """True when no timing fault touched an output: LET then makes the outputs timing-independent."""
-        return self.timing_faults == 0
+        """True when no timing fault touched an output (LET then makes the outputs timing-independent)
+        and no speculative output was committed on inputs that were only within tolerance."""
+        return self.timing_faults == 0 and self.inexact_commits == 0
 
     @property
     def runtime_share(self) -> float:
@@ -100,7 +106,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            workers: int | None = None, trace: str | Path | None = None, out_format: str = "mcap",
            progress: bool = False, until_s: float | None = None,
            quality: Callable[..., dict[str, Any]] | None = None,
-           retain_channels: Sequence[str] | None = None, cost: CostModel | None = None) -> ReplayResult:
+           retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
+           speculate: bool | None = None) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -110,6 +117,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     ``cost``: the runtime's cost model on the virtual clock (default: the CPU time each op's thread
     used, so other processes on a loaded machine cause no spurious misses);
     ``zero_cost`` gives the LET outputs of a run without timing faults on any machine, at any load.
+    ``speculate``: None runs the config's ``speculate:`` keys as they say (``enabled``), True turns them
+    all on, False off (speculation runs in slack on the virtual clock only).
     """
     from .outputs import OutputCollector
 
@@ -125,7 +134,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
 
     import torch
 
-    bindings, initial = build_bindings(cfg)
+    bindings, initial = build_bindings(cfg, speculate=speculate)
     workers = workers or cfg.workers
     virtual = speed == "max"
     clock = VirtualClock() if virtual else WallClock(rate=float(speed))

@@ -1,4 +1,6 @@
-"""The ``redundancy:`` key of a task: how many copies run and how their outputs are compared.
+"""The ``redundancy:`` and ``speculate:`` keys of a task, as plain data.
+
+``redundancy:`` says how many copies run and how their outputs are compared.
 
 Pure data, no torch: ``rt-runtime check`` reads it to multiply budgets without building graphs.
 
@@ -90,3 +92,72 @@ def parse_redundancy(value: object) -> RedundancySpec | None:
     if budget not in BUDGETS:
         raise ValueError(f"budget: expected one of {', '.join(BUDGETS)}, found {budget!r}")
     return RedundancySpec(mode, compare, tol["atol"], tol["rtol"], budget)
+
+
+SPECULATE_KEYS = ("hypotheses", "args", "k", "atol", "rows", "margin", "enabled")
+
+
+@dataclass(frozen=True)
+class SpeculateSpec:
+    """A task's ``speculate:`` key (docs/SAFETY.md): the hypotheses' factory and the validator's settings.
+
+        speculate:
+          hypotheses: pipelines.speculation:ego_hypotheses   # module:function(**args) -> hypotheses
+          args: {period: "20ms"}
+          k: 2                                             # hypotheses per release
+          atol: {odom: [0.1, 0.1, 0.01, 0.1, 0.01, 0.001]}  # per input: a number, or one per column
+          rows: {route: route_count}                       # compare only the valid rows
+          enabled: true                                    # false: declared, off unless asked for
+    """
+
+    hypotheses: str
+    args: Mapping[str, Any]
+    k: int = 2
+    atol: Any = 0.0
+    rows: Mapping[str, str] | None = None
+    margin: float = 2.0
+    enabled: bool = True
+
+
+def _non_negative(v: object, what: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise ValueError(f"{what}: expected a non-negative number, found {v!r}")
+    return float(v)
+
+
+def parse_speculate(value: object) -> SpeculateSpec | None:
+    """A config value into a spec (None when absent); ValueError says what is wrong."""
+    if value is None or value is False:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping with hypotheses, k, atol, rows; found {value!r}")
+    unknown = sorted(set(map(str, value)) - set(SPECULATE_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(SPECULATE_KEYS)}")
+    ref = value.get("hypotheses")
+    if not isinstance(ref, str) or ":" not in ref:
+        raise ValueError(f"hypotheses: expected 'package.module:function', found {ref!r}")
+    args = value.get("args") or {}
+    if not isinstance(args, Mapping):
+        raise ValueError(f"args: expected a mapping, found {args!r}")
+    k = value.get("k", 2)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: expected an integer >= 1, found {k!r}")
+    atol = value.get("atol", 0.0)
+    per_input = atol.items() if isinstance(atol, Mapping) else [("atol", atol)]
+    for name, v in per_input:
+        where = f"atol.{name}" if isinstance(atol, Mapping) else "atol"
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                _non_negative(x, where)
+        else:
+            _non_negative(v, where)
+    rows = value.get("rows")
+    if rows is not None and (not isinstance(rows, Mapping)
+                             or not all(isinstance(a, str) and isinstance(b, str) for a, b in rows.items())):
+        raise ValueError(f"rows: expected a mapping of input names to count-input names, found {rows!r}")
+    margin = _non_negative(value.get("margin", 2.0), "margin")
+    enabled = value.get("enabled", True)
+    if not isinstance(enabled, bool):
+        raise ValueError(f"enabled: expected true or false, found {enabled!r}")
+    return SpeculateSpec(ref, dict(args), k, atol, dict(rows) if rows is not None else None, margin, enabled)

@@ -58,7 +58,7 @@ REACT_SPEC_HIT, REACT_SPEC_MISS = 5, 6
 # (basis inputs, the logical time each was written, the next release) -> predicted input sets.
 Hypotheses = Callable[[Mapping[str, Any], Mapping[str, int], int], "Sequence[Mapping[str, Any]]"]
 
-_COUNTERS = ("speculations", "completed", "spec_ops", "hits", "misses", "no_hypothesis", "ops_wasted",
+_COUNTERS = ("speculations", "completed", "spec_ops", "hits", "inexact_hits", "misses", "no_hypothesis", "ops_wasted",
              "abandoned", "restarts", "errors", "latency_saved_ns", "late_ops")
 
 
@@ -148,6 +148,7 @@ class Speculator:
             return False
         hin, ex, _ = cache[hit]
         if not self._match(job.inputs, hin, exact=True):
+            c["inexact_hits"] += 1
             s.mark_nondeterministic(r, f"task '{ts.name}' job {job.index} committed speculative outputs "
                                        "within tolerance")
         c["hits"] += 1
