@@ -62,7 +62,8 @@ class EgoHypotheses:
             raise ValueError(f"period: must be positive, found {period!r}")
         self.accels = [{"keep": 0.0, "brake": -abs(brake), "accelerate": abs(accel)}[v] for v in variants]
 
-    def __call__(self, basis: Mapping[str, Any], written_ns: Mapping[str, int], release_ns: int) -> list[dict[str, Any]]:
+    def __call__(self, basis: Mapping[str, Any], written_ns: Mapping[str, int],
+                 release_ns: int) -> list[dict[str, Any]]:
         """One input set per variant: the odometry message expected last by ``release_ns``."""
         n = max(0, (release_ns - written_ns[self.odom]) // self.period_ns)   # messages still to come by R
         if n == 0:

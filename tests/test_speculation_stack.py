@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 from rt_runtime.config.stack import load_stack
 from rt_runtime.replay import replay
 from rt_runtime.replay.defaults import default_config
-from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 MS = 1_000_000
 PER_OP_NS = {"lidar_objects": 2 * MS, "radar_objects": 350_000, "camera_objects": 1_800_000,

@@ -225,7 +225,7 @@ def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None
 
     shapes = {t.name: t.shape for t in graph.inputs} if graph is not None else {}
     atol = spec.atol if isinstance(spec.atol, Mapping) else {}
-    for what, names in (("atol", atol), ("rows", spec.rows or {})):
+    for what, names in (("atol", atol), ("rows", spec.rows or {}), ("wait_for", spec.wait_for)):
         unknown = sorted(set(names) - set(shapes))
         if unknown:
             raise _fail(cfg.source, f"task '{task}': speculate.{what}", f"the graph has no input(s) {unknown}; its "
@@ -241,7 +241,8 @@ def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None
     except (TypeError, ValueError) as e:
         raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} rejected its arguments "
                     f"({e})", task=task, fld="speculate") from None
-    return Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin)
+    return Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin,
+                     wait_for=spec.wait_for)
 
 
 def build_bindings(cfg: StackConfig, device: str | None = None,

@@ -94,7 +94,7 @@ def parse_redundancy(value: object) -> RedundancySpec | None:
     return RedundancySpec(mode, compare, tol["atol"], tol["rtol"], budget)
 
 
-SPECULATE_KEYS = ("hypotheses", "args", "k", "atol", "rows", "margin", "enabled")
+SPECULATE_KEYS = ("hypotheses", "args", "k", "atol", "rows", "margin", "wait_for", "enabled")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ class SpeculateSpec:
           k: 2                                             # hypotheses per release
           atol: {odom: [0.1, 0.1, 0.01, 0.1, 0.01, 0.001]}  # per input: a number, or one per column
           rows: {route: route_count}                       # compare only the valid rows
+          wait_for: [tracks]                               # speculate once these are this cycle's
           enabled: true                                    # false: declared, off unless asked for
     """
 
@@ -116,6 +117,7 @@ class SpeculateSpec:
     atol: Any = 0.0
     rows: Mapping[str, str] | None = None
     margin: float = 2.0
+    wait_for: tuple[str, ...] = ()
     enabled: bool = True
 
 
@@ -157,7 +159,11 @@ def parse_speculate(value: object) -> SpeculateSpec | None:
                              or not all(isinstance(a, str) and isinstance(b, str) for a, b in rows.items())):
         raise ValueError(f"rows: expected a mapping of input names to count-input names, found {rows!r}")
     margin = _non_negative(value.get("margin", 2.0), "margin")
+    wait_for = value.get("wait_for") or []
+    if not isinstance(wait_for, (list, tuple)) or not all(isinstance(w, str) for w in wait_for):
+        raise ValueError(f"wait_for: expected a list of input names, found {wait_for!r}")
     enabled = value.get("enabled", True)
     if not isinstance(enabled, bool):
         raise ValueError(f"enabled: expected true or false, found {enabled!r}")
-    return SpeculateSpec(ref, dict(args), k, atol, dict(rows) if rows is not None else None, margin, enabled)
+    return SpeculateSpec(ref, dict(args), k, atol, dict(rows) if rows is not None else None, margin,
+                         tuple(wait_for), enabled)

@@ -8,7 +8,8 @@ a channel written by a task takes, at R, the output of the last job of that task
 is at or before R, and once that job has *finished* its output sits in a reserved slot waiting
 for its deadline. So the basis of a hypothesis is, per input: that pending output if there is
 one; else the channel's current message. If a job whose output is due by R has not finished
-yet, the basis is not known and nothing is speculated. Inputs fed by ingress (sensors) hold
+yet, the basis is not known and nothing is speculated; nor while an input named in ``wait_for``
+still holds a value written before the last release (its producer has not run for this cycle). Inputs fed by ingress (sensors) hold
 their latest message in the basis; predicting them is the hypotheses' job.
 
 **Hypotheses.** ``hypotheses(basis, written_ns, R)`` (``written_ns``: the logical time each
@@ -71,6 +72,7 @@ class Speculate:
     atol: float | Mapping[str, Any] = 0.0               # for all inputs, or per input (a number or per column)
     rows: Mapping[str, str] | None = None               # input -> count input: compare only its valid rows
     margin: float = 2.0                                 # expected-cost factor under a measured cost model
+    wait_for: Sequence[str] = ()                        # inputs whose next value speculation waits for
 
     def bind(self, ts: Any, sched: Any) -> "Speculator":
         """Called by the Scheduler for the task: build its speculator (executors, cache, counters)."""
@@ -100,7 +102,8 @@ class Speculator:
             raise TaskError(ts.name, "speculate", "speculation needs a plain GraphExecutor as the primary")
         g = primary.graph
         names = {s.name for s in g.inputs}
-        for what, keys in (("atol", spec.atol if isinstance(spec.atol, Mapping) else {}), ("rows", spec.rows or {})):
+        for what, keys in (("atol", spec.atol if isinstance(spec.atol, Mapping) else {}), ("rows", spec.rows or {}),
+                           ("wait_for", spec.wait_for)):
             unknown = sorted(set(keys) - names)
             if unknown:
                 raise TaskError(ts.name, f"speculate.{what}", f"graph '{g.name}' has no input(s) {unknown}; "
@@ -231,6 +234,8 @@ class Speculator:
                 if slot is None:
                     return None
                 t = slot.t_ns
+            if gin in self.spec.wait_for and t <= release - ts.period:
+                return None   # not written since the last release yet: a basis that will change
             inputs[gin] = slot.data
             written[gin] = t
             if ch.name in s.written_channels:
