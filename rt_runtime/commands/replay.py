@@ -39,6 +39,8 @@ def result_json(r: Any) -> dict[str, Any]:
     }
     if r.quality is not None:
         doc["quality"] = r.quality
+    if "safety" in r.extra:
+        doc["safety"] = r.extra["safety"]
     spec = {name: s["speculation"] for name, s in r.stats.items() if "speculation" in s}
     if spec:
         doc["speculation"] = spec
@@ -64,6 +66,12 @@ def print_summary(r: Any, out: Any = sys.stdout) -> None:
         print(f"quality: collision-free {f(plan.get('collision_free_rate'))} of {plan.get('trajectories', 0)} plans, "
               f"min clearance {f(plan.get('min_clearance_m'), ' m')}; detection precision "
               f"{f(det.get('precision'))}, recall {f(det.get('recall'))}", file=out)
+    safety = r.extra.get("safety")
+    if safety is not None:
+        hist = safety["history"]
+        print("safety: " + ("nominal throughout" if not hist else f"{safety['state']} at the end; " + ", ".join(
+            f"{h['t_s']:.2f} s {h['from']} -> {h['to']} ({h['reason']})" for h in hist[:4])
+            + (f", ... {len(hist) - 4} more" if len(hist) > 4 else "")), file=out)
     for name, s in r.stats.items():
         sp = s.get("speculation")
         if sp is not None:

@@ -35,7 +35,7 @@ from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
 from .taskset import ConfigError, load_yaml, parse_taskset
 
 STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
-              "threads", "frame", "diagnostics_period", "description")
+              "threads", "frame", "diagnostics_period", "safety", "description")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class StackConfig:
     frame: str = "map"
     diagnostics_period_ns: int = 1_000_000_000
     remap: dict[str, str] = field(default_factory=dict)
+    safety: Any = None   # a ``safety.spec.SafetySpec``: the degrade supervisor; None: not installed
 
     def topics_in(self) -> list[str]:
         """The input topics, after remapping."""
@@ -190,7 +191,34 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
                        device=str(doc.get("device", "cpu")), workers=workers, threads=threads,
                        frame=str(doc.get("frame", "map")),
-                       diagnostics_period_ns=diag, remap=remap)
+                       diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress))
+
+
+def _safety(doc: Mapping[str, Any], source: str, entries: Mapping[str, Any], ingress: list[IngressRoute]) -> Any:
+    """The ``safety:`` key, checked against the tasks and the ingress channels."""
+    from ..safety.spec import parse_safety
+
+    def duration(value: object, what: str) -> int:
+        try:
+            return parse_duration(value, what=what)
+        except DurationError as e:
+            raise ValueError(str(e)) from None
+
+    try:
+        spec = parse_safety(doc.get("safety"), duration)
+    except ValueError as e:
+        raise _fail(source, "safety", str(e), fld="safety") from None
+    if spec is None:
+        return None
+    if spec.planner not in entries:
+        raise _fail(source, "safety: planner", f"no task named {spec.planner!r}; tasks: {sorted(entries)}",
+                    fld="safety")
+    fed = {ch for r in ingress for ch in r.channels.values()}
+    unknown = sorted(set(spec.sensors) - fed)
+    if unknown:
+        raise _fail(source, "safety: sensors", f"{unknown} are not ingress channels; they are {sorted(fed)}",
+                    fld="safety")
+    return spec
 
 
 def load_stack(path: str | Path, remap: Mapping[str, str] | None = None) -> StackConfig:

@@ -30,6 +30,8 @@ from ..bag import BagError, BagWriter, open_bag
 from ..config.stack import StackConfig, build_bindings
 from ..exec.warmup import warm_up
 from ..io.egress import diagnostics
+from ..safety.degrade import STATES
+from ..safety.monitor import SafetyMonitor
 from ..sched import CostModel, Runtime, VirtualClock, WallClock
 from ..sched.binding import cpu_time_cost
 from ..trace import TraceColumns, TraceRing, save_trace
@@ -40,7 +42,7 @@ DIAGNOSTICS_TOPIC = "/diagnostics"
 # response times do not): the ones replay diagnostics carry, so the
 # output stream is the same on any machine, at any speed, with any number of workers.
 LET_COUNTERS = ("released", "published", "missed", "skipped", "aborted", "degraded", "recovered",
-                "dropped_releases", "no_input", "errors", "stalls", "mode")
+                "dropped_releases", "no_input", "errors", "stalls", "mode", "safety_state")
 
 
 # Counters of jobs whose published output depended on timing (see ReplayResult.deterministic).
@@ -152,6 +154,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                  sink=ring, egress=collector.on_publish, threaded=None if not virtual else False,
                  realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
                  cost=cost if cost is not None or not virtual else cpu_time_cost)
+    monitor = SafetyMonitor.from_spec(rt, cfg.safety).install() if cfg.safety is not None else None
     torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
     for ts in rt.sched.tasks.values():
         for ex in ts.executors:
@@ -162,11 +165,21 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     inputs = 0
     next_diag = cfg.diagnostics_period_ns
 
+    def run_until(t_ns: int) -> None:
+        """The runtime up to ``t_ns``, stopping where a sensor falls silent for the safety monitor."""
+        while monitor is not None:
+            t = monitor.next_check()
+            if t is None or t > t_ns:
+                break
+            rt.run_until(t)
+            monitor.check_silence(t)
+        rt.run_until(t_ns)
+
     def advance(t_ns: int) -> None:
         """Run the runtime up to ``t_ns``, publishing diagnostics at their instants on the way."""
         nonlocal next_diag
         while next_diag <= t_ns:
-            rt.run_until(next_diag)
+            run_until(next_diag)
             collector.flush(next_diag)
             stats = rt.stats()
             collector.emit(DIAGNOSTICS_TOPIC, next_diag, diagnostics(
@@ -176,7 +189,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             parts.append(ring.drain())
             if progress:
                 _progress(next_diag, duration_ns)
-        rt.run_until(t_ns)
+        run_until(t_ns)
         collector.flush(t_ns)
 
     gc.collect()
@@ -196,9 +209,13 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                     print(f"rt-runtime replay: warning: {item.error} (further bad messages on this topic are only "
                           "counted)", file=sys.stderr)
                 bad[item.topic] = bad.get(item.topic, 0) + 1
+                if monitor is not None:
+                    monitor.rejected(next(iter(item.route.channels.values())), item.t_ns)
                 continue
             for role, channel in item.route.channels.items():
                 rt.push(channel, item.t_ns, _to_tensor(item.value[role], cfg.device))
+                if monitor is not None:
+                    monitor.arrived(channel, item.t_ns, item.t_ns)   # no transport delay in a recording
             inputs += 1
             if quality is not None and item.route.codec == "odometry":
                 ego.append((item.log_ns, item.value["value"]))
@@ -230,6 +247,10 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                           outputs=dict(collector.counts), bad_messages=bad, inputs=inputs, exec_s=exec_s,
                           out_bag=str(out) if out is not None else None,
                           trace=str(trace) if trace is not None else None)
+    if monitor is not None:
+        result.extra["safety"] = {**monitor.status(), "history": [
+            {"t_s": tr.t_ns / 1e9, "from": STATES[tr.before], "to": STATES[tr.after], "reason": tr.reason}
+            for tr in monitor.machine.transitions]}
     if retain_channels:
         result.extra["channels"] = collector.channels
     if quality is not None:

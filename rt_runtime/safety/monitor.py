@@ -7,8 +7,8 @@ minimal-risk stop) and held there; leaving minimal-risk releases it, and the wat
 recovery (``recover_after`` clean jobs) switches it back. Every change of state is a ``SAFETY``
 trace event (``a`` = new state, ``b`` = reason), stamped on the planning task with job -1.
 
-Verdicts: COMPARE voted -> degraded, no majority -> critical; MISS, OVERRUN, a job ended by an
-error -> degraded (critical for the planner's own failed job: no plan that period); STALL and the
+Verdicts: COMPARE voted -> degraded, no majority -> critical; MISS, OVERRUN (unless the task's
+``on_overrun`` is ``none``: its budget is a soft one), a job ended by an error -> degraded (critical for the planner's own failed job: no plan that period); STALL and the
 watchdog degrading the planner -> critical. A sensor silent for ``silence_factor`` of its period
 -> degraded, for ``silence_critical`` periods -> critical; rejected or late messages -> degraded.
 """
@@ -46,7 +46,17 @@ class SafetyMonitor:
         self._dirty = False                          # a fault since the planner's last publish
         self._missed: set[tuple[str, int]] = set()
         self.inner = rt.sched.sink
+        self.tolerated = {n for n, ts in rt.sched.tasks.items() if ts.on_overrun.value == "none"}
         self._installed = False
+
+    @classmethod
+    def from_spec(cls, rt: Any, spec: Any) -> "SafetyMonitor":
+        """A monitor configured by a stack's ``safety:`` key (``safety.spec.SafetySpec``), not yet installed."""
+        steps = {"degraded": DEGRADED, "minimal_risk": MINIMAL_RISK}
+        machine = DegradeStateMachine(clear_after={**DegradeStateMachine().clear_after,
+                                                   **{steps[k]: n for k, n in (spec.hysteresis or {}).items()}})
+        return cls(rt, spec.planner, machine, periods=spec.sensors, silence_factor=spec.silence_factor,
+                   silence_critical=spec.silence_critical, max_latency_ns=spec.max_latency_ns)
 
     def install(self) -> "SafetyMonitor":
         """Subscribe to the runtime's events (idempotent); the state shows in the planner's stats."""
@@ -81,7 +91,8 @@ class SafetyMonitor:
             self._missed.add((task, job_index))
             self.fault("miss", DEGRADED, t_ns, task)
         elif kind == _K.OVERRUN:
-            self.fault("overrun", DEGRADED, t_ns, task)
+            if task not in self.tolerated:   # on_overrun: none says the budget is a soft one
+                self.fault("overrun", DEGRADED, t_ns, task)
         elif kind == _K.STALL:
             self.fault("stall", CRITICAL, t_ns, task)
         elif kind == _K.ABORT:

@@ -1,4 +1,4 @@
-"""The ``redundancy:`` and ``speculate:`` keys of a task, as plain data.
+"""The ``redundancy:`` and ``speculate:`` keys of a task and the stack's ``safety:`` key, as plain data.
 
 ``redundancy:`` says how many copies run and how their outputs are compared.
 
@@ -167,3 +167,57 @@ def parse_speculate(value: object) -> SpeculateSpec | None:
         raise ValueError(f"enabled: expected true or false, found {enabled!r}")
     return SpeculateSpec(ref, dict(args), k, atol, dict(rows) if rows is not None else None, margin,
                          tuple(wait_for), enabled)
+
+
+SAFETY_KEYS = ("planner", "sensors", "silence_factor", "silence_critical", "max_latency", "hysteresis")
+
+
+@dataclass(frozen=True)
+class SafetySpec:
+    """The stack's ``safety:`` key: who the planner is, what each sensor's period is, the thresholds.
+
+        safety:
+          planner: planning                       # held in its minimal-risk fallback in minimal-risk
+          sensors: {ego/odom: 20ms, lidar/points: 100ms}   # channel -> expected period (silence)
+          silence_factor: 1.5                     # silent for 1.5 periods: degraded
+          silence_critical: 4.0                   # for 4 periods: minimal-risk
+          max_latency: 30ms                       # arrival - stamp beyond this: degraded
+          hysteresis: {degraded: 5, minimal_risk: 10}   # clean planning periods to step down
+    """
+
+    planner: str
+    sensors: Mapping[str, int]
+    silence_factor: float = 1.5
+    silence_critical: float = 4.0
+    max_latency_ns: int = 30_000_000
+    hysteresis: Mapping[str, int] | None = None
+
+
+def parse_safety(value: object, duration: Any) -> SafetySpec | None:
+    """A config value into a spec (None when absent); ``duration(text, what)`` parses "20ms"-like values."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping with planner and sensors, found {value!r}")
+    unknown = sorted(set(map(str, value)) - set(SAFETY_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(SAFETY_KEYS)}")
+    planner = value.get("planner")
+    if not isinstance(planner, str):
+        raise ValueError(f"planner: expected the planning task's name, found {planner!r}")
+    sensors = value.get("sensors") or {}
+    if not isinstance(sensors, Mapping):
+        raise ValueError(f"sensors: expected a mapping of channel to period, found {sensors!r}")
+    periods = {str(ch): duration(p, f"sensors.{ch}") for ch, p in sensors.items()}
+    factor = _non_negative(value.get("silence_factor", 1.5), "silence_factor")
+    critical = _non_negative(value.get("silence_critical", 4.0), "silence_critical")
+    if critical < factor:
+        raise ValueError(f"silence_critical ({critical}) must be >= silence_factor ({factor})")
+    latency = duration(value.get("max_latency", "30ms"), "max_latency")
+    hyst = value.get("hysteresis")
+    if hyst is not None:
+        if not isinstance(hyst, Mapping) or set(hyst) - {"degraded", "minimal_risk"} or not all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in hyst.values()):
+            raise ValueError(f"hysteresis: expected {{degraded: N, minimal_risk: M}} with N, M >= 1, found {hyst!r}")
+        hyst = dict(hyst)
+    return SafetySpec(planner, periods, factor, critical, latency, hyst)
