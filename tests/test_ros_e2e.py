@@ -148,6 +148,10 @@ def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tm
         assert lid["stale"] == "True" and lid["level"] == 1
         wd = latest(probe, "rt_runtime: watchdog")
         assert "/sensing/lidar/points" in wd["stale_inputs"] and wd["degraded_tasks"] == "planning"
+        # The safety supervisor saw the bad messages and the silence: minimal-risk, held there.
+        safety = latest(probe, "rt_runtime: safety")
+        assert safety["state"] == "minimal_risk" and safety["level"] == 2 and int(safety["faults sensor_bad"]) >= 3
+        assert "lidar/points" in safety["silent"]
         n = len(probe.messages("/planning/trajectory"))
         probe.spin_for(0.5)
         assert len(probe.messages("/planning/trajectory")) > n            # the minimal-risk plan keeps coming

@@ -8,6 +8,8 @@ Statuses (``name`` -> what it says):
   stale inputs; ERROR when a worker is stalled, WARN ``degraded: ...`` while any task is degraded.
 * ``rt_runtime: input <topic>``: messages received, bad (undecodable), NaN points dropped, header
   stamps going backwards, backlog drops, decode time, receive latency; WARN ``stale`` when silent.
+* ``rt_runtime: safety``: the degrade supervisor (when the stack has a ``safety:`` key): its state
+  (OK nominal, WARN degraded, ERROR minimal_risk), entries per state, fault counts, silent sensors.
 * ``rt_runtime: clock``: wall or sim, logical time, ``/clock`` jumps backwards.
 * ``rt_runtime: outputs``: messages published per topic, encode time, watched channels (the
   planner's ``plan_status``: 1 = minimal-risk), channel drops.
@@ -20,7 +22,7 @@ from ..bag.types import header, msg_class
 
 OK, WARN, ERROR = 0, 1, 2
 TASK_KEYS = ("released", "published", "missed", "overruns", "skipped", "aborted", "degraded", "recovered",
-             "dropped_releases", "no_input", "errors", "stalls", "mode")
+             "dropped_releases", "no_input", "errors", "stalls", "mode", "safety_state")
 
 
 def _status(level: int, name: str, message: str, values: Mapping[str, Any]) -> Any:
@@ -82,6 +84,14 @@ def build(t_ns: int, stats: Mapping[str, Any], before: Mapping[str, Any], inputs
         else:
             level, msg = OK, "ok"
         statuses.append(_status(level, f"rt_runtime: input {topic}", msg, v))
+    safety = stats.get("safety")
+    if safety is not None:
+        level = {"nominal": OK, "degraded": WARN}.get(safety["state"], ERROR)
+        values = {"state": safety["state"], "transitions": safety["transitions"],
+                  "silent": ",".join(safety["silent"]) or "none",
+                  **{f"entries {k}": n for k, n in safety["entries"].items()},
+                  **{f"faults {k}": n for k, n in sorted(safety["faults"].items())}}
+        statuses.append(_status(level, "rt_runtime: safety", safety["state"], values))
     statuses.append(_status(WARN if clock.get("jumps_back") else OK, "rt_runtime: clock",
                             "jumped backwards" if clock.get("jumps_back") else "ok", clock))
     drops = {f"drops {name}": c["drops"] for name, c in stats.get("channels", {}).items() if c.get("drops")}

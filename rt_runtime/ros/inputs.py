@@ -43,6 +43,9 @@ class Driver(Protocol):
     def push(self, channel: str, t_ns: int, data: Any) -> bool:
         """Hand a value to the runtime; False if it was dropped (backlog full)."""
 
+    def call(self, fn: Callable[[int], Any]) -> None:
+        """Run ``fn(now)`` on the scheduler (under its lock, or on its thread)."""
+
 
 @dataclass
 class TopicHealth:
@@ -103,8 +106,9 @@ class Ingress:
     """One raw-CDR callback per route, and the health of every input topic."""
 
     def __init__(self, routes: list[IngressRoute], driver: Driver, convert: Callable[[np.ndarray], Any],
-                 *, stale_after_ns: int = 500_000_000) -> None:
+                 *, stale_after_ns: int = 500_000_000, monitor: Any = None) -> None:
         self.routes = routes
+        self.monitor = monitor   # a SafetyMonitor: told of arrivals (with their latency) and rejections
         self.driver = driver
         self.convert = convert
         self.stale_after_ns = stale_after_ns
@@ -118,8 +122,15 @@ class Ingress:
         topic = route.topic
         cloud = route.codec in CLOUD_CODECS
         channels = list(route.channels.items())
-        driver, convert = self.driver, self.convert
+        driver, convert, monitor = self.driver, self.convert, self.monitor
         perf, wall = time.perf_counter_ns, time.time_ns
+        chans = [ch for _, ch in channels]
+
+        def tell_monitor(t: int, latency: int) -> None:
+            def arrived(_: int) -> None:
+                for ch in chans:
+                    monitor.arrived(ch, t, t - latency)
+            driver.call(arrived)
 
         def on_message(raw: bytes) -> None:
             rx_wall = wall()
@@ -136,6 +147,8 @@ class Ingress:
                     h.warned = True
                     print(f"rt-runtime run: warning: {e} (further bad messages on {topic} are only counted)",
                           file=sys.stderr)
+                if monitor is not None:
+                    driver.call(lambda now: monitor.rejected(chans[0], now))
                 return
             t = driver.now()
             for ch, data in tensors:
@@ -149,6 +162,7 @@ class Ingress:
             if cloud:
                 h.nan_points += int(msg.width) * int(msg.height) - len(value["value"])
             st = getattr(msg, "header", None)
+            lat = 0
             if st is not None:
                 s = stamp_ns(st.stamp)
                 if h.last_stamp is not None and s < h.last_stamp:
@@ -166,6 +180,8 @@ class Ingress:
             h.last_rx = t
             if h.stale:
                 h.stale = False
+            if monitor is not None:
+                tell_monitor(t, lat if 0 <= lat < MAX_RX_LATENCY_NS else 0)
         return on_message
 
     def check_stale(self, now: int) -> list[str]:

@@ -1,7 +1,8 @@
 """The live runtime node: ROS topics in, the configured stack under the scheduler, ROS topics out.
 
 Threads: rclpy's ``SingleThreadedExecutor`` spins on the main thread and runs only subscription
-callbacks (decode + ``push``) and two timers (diagnostics, staleness). The runtime runs on its own
+callbacks (decode + ``push``) and two timers (diagnostics, staleness and the safety monitor's
+silence check). The runtime runs on its own
 threads (``drivers``): on the wall clock a timekeeper plus one thread per worker and a watchdog;
 under ``use_sim_time`` one driver thread that follows ``/clock``. Encoding and publishing outputs
 happens on the egress pump's thread (``outputs``). Parameters: ``params.PARAMS``,
@@ -100,7 +101,13 @@ class LiveRuntime:
         self.driver: WallDriver | SimDriver = SimDriver(self.rt) if self.sim else WallDriver(self.rt)
         for channel, value in initial.items():
             self.rt.push(channel, 0, value)
-        self.ingress = Ingress(cfg.ingress, self.driver, to_tensor(cfg.device), stale_after_ns=stale_ns)
+        self.monitor = None
+        if cfg.safety is not None:   # the degrade supervisor; its calls run under the scheduler's lock
+            from ..safety.monitor import SafetyMonitor
+
+            self.monitor = SafetyMonitor.from_spec(self.rt, cfg.safety).install()
+        self.ingress = Ingress(cfg.ingress, self.driver, to_tensor(cfg.device), stale_after_ns=stale_ns,
+                               monitor=self.monitor)
         self.max_deadline_ns = max(b.task.deadline for b in bindings)
         self._before: dict[str, Any] = {}
         self._started = time.monotonic()
@@ -143,10 +150,14 @@ class LiveRuntime:
         self.ingress.check_stale(self.driver.now())
         if self.degrade_on & set(self.ingress.stale_topics()):
             self.driver.call(lambda t: degrade_fallback_tasks(self.rt, t))
+        if self.monitor is not None:
+            self.driver.call(self.monitor.check_silence)
 
     def publish_diagnostics(self) -> None:
         """One DiagnosticArray with everything the node counts."""
         stats = self.driver.stats()
+        if self.monitor is not None:
+            stats["safety"] = self.monitor.status()
         now = self.driver.now()
         inputs = {t: h.values(now) for t, h in self.ingress.health.items()}
         clock = {"mode": self.driver.kind, "logical_ms": round(now / 1e6, 3),
