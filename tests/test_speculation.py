@@ -198,3 +198,18 @@ def test_let_makes_a_producers_pending_output_the_basis() -> None:
     assert ra0.keys() == ra1.keys() and all(ra1[j] <= ra0[j] for j in ra0) and ra1[5] < ra0[5]
     r1 = responses(sink1, "S")
     assert all(r1[j] == 0 for j in range(1, 11)) and responses(sink0, "S")[5] == 3 * MS
+
+
+def test_on_the_wall_clock_speculation_is_off_and_says_so() -> None:
+    import pytest
+
+    from rt_runtime.sched import WallClock
+
+    b = TaskBinding(Task("S", 10 * MS, 5 * MS), graph("s"), inputs={"x": "/x"}, outputs={"y": "/y"},
+                    speculate=Speculate(counter))
+    with pytest.warns(RuntimeWarning, match=r"virtual clock only .*\['S'\] will not speculate"):
+        rt = Runtime([b], clock=WallClock(), threaded=False)
+    try:
+        assert "speculation" not in rt.stats()["S"]
+    finally:
+        rt.close()

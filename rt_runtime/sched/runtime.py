@@ -17,6 +17,8 @@ by then), unless the clock was given a fixed epoch; ``push`` timestamps count fr
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import os
 import sys
@@ -70,6 +72,13 @@ class Runtime:
         self._driver: int | None = None
 
         bindings = [b if isinstance(b, TaskBinding) else TaskBinding(b) for b in tasks]
+        if not virtual and any(b.speculate is not None for b in bindings):
+            import warnings
+
+            spec = sorted(b.name for b in bindings if b.speculate is not None)
+            warnings.warn(f"rt_runtime.sched: speculation runs on the virtual clock only (replay, use_sim_time); "
+                          f"{spec} will not speculate on the wall clock", RuntimeWarning, stacklevel=2)
+            bindings = [dataclasses.replace(b, speculate=None) if b.speculate is not None else b for b in bindings]
         names = [b.name for b in bindings]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
