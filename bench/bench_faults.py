@@ -75,6 +75,8 @@ def main() -> None:
     print(f"soak: {loops} loops = {loops * 3} s simulated in {wall:.1f} s wall; RSS after loop 1 {mb[0]:.1f} MiB, "
           f"after the last {mb[-1]:.1f} MiB (growth {mb[-1] - mb[0]:+.1f} MiB, max {max(mb):.1f} MiB); "
           f"leaked objects: {leaked(before, after) or 'none'}")
+    marks = [0, len(mb) // 4, len(mb) // 2, 3 * len(mb) // 4, len(mb) - 1]
+    print("RSS over the soak: " + ", ".join(f"{(i + 1) * 3} s {mb[i]:.1f} MiB" for i in marks))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -266,8 +267,14 @@ def _to_tensor(a: Any, device: str) -> Any:
     """A decoded array as a tensor on the stack's device (zero copy on the CPU)."""
     import torch
 
-    # Bag buffers are read-only views; torch wants writable memory, so only those are copied.
-    t = torch.from_numpy(a if a.flags.writeable else a.copy())
+    if a.flags.writeable:
+        t = torch.from_numpy(a)
+    else:
+        # A read-only view of the bag's bytes (an image): the channel copies it into its own slot
+        # at ingress and nothing writes to it before, so it needs no copy of its own here.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            t = torch.from_numpy(a)
     return t if device == "cpu" else t.to(device, non_blocking=True)
 
 
