@@ -24,6 +24,19 @@ def test_fast_path_cdr_is_byte_identical_to_rosbags():
     assert p.header.stamp.sec == 5 and abs(p.header.stamp.nanosec - 300_000_000) < 1_000  # t is float32
 
 
+def test_markers_fast_path_is_byte_identical_to_rosbags():
+    rng = np.random.default_rng(1)
+    tracks = rng.normal(size=(64, 12)).astype(np.float32) * 10
+    tracks[:, 0] = rng.integers(0, 5000, 64)
+    tracks[:, 1] = rng.integers(-1, 6, 64)       # includes classes outside the palette
+    tracks[:5, 7:9] = 0.01                        # below the minimum marker size
+    codec = EGRESS_CODECS["markers"]
+    for n in (0, 1, 7, 64):
+        data = {"tracks": tracks, "count": np.array([n], np.int32)}
+        for t_ns, frame in ((1_700_000_000_123_456_789, "map"), (3, "a_longer_frame")):
+            assert codec.cdr(data, t_ns, frame) == to_cdr(codec.encode(data, t_ns, frame)), (n, frame)
+
+
 def test_markers_carry_only_the_counted_tracks():
     tracks = np.zeros((64, 12), np.float32)
     tracks[:, 0] = np.arange(64)

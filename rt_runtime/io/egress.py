@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ..bag.types import header, msg_class, point, quaternion_from_yaw, to_cdr, vector3
-from .cdr import path_cdr
+from .cdr import markers_cdr, path_cdr
 
 # (role -> array, logical publish time ns, frame id) -> message object
 Encode = Callable[[Mapping[str, np.ndarray], int, str], Any]
@@ -91,7 +91,9 @@ EGRESS_CODECS: dict[str, EgressCodec] = {c.name: c for c in (
                 "trajectory (P, 5: x, y, yaw, v, t) -> nav_msgs/Path, one pose per row stamped at t",
                 cdr=lambda d, t, f: path_cdr(d["trajectory"], t, f)),
     EgressCodec("markers", "visualization_msgs/msg/MarkerArray", ("tracks", "count"), _markers,
-                "tracks (T, 12) + count -> MarkerArray: DELETEALL, then a cube per track"),
+                "tracks (T, 12) + count -> MarkerArray: DELETEALL, then a cube per track",
+                cdr=lambda d, t, f: markers_cdr(d["tracks"], int(np.asarray(d["count"]).reshape(-1)[0]), t, f,
+                                                _CLASS_NAMES, _CLASS_RGB)),
 )}
 
 
