@@ -79,7 +79,7 @@ def test_speculation_off_changes_nothing(short_bag) -> None:  # noqa: F811
     ({"k": 0}, "k: expected an integer >= 1"),
     ({"colour": 1}, "unknown key(s) ['colour']"),
     ({"atol": {"odom": [0.1, 0.1]}}, "expected one tolerance per column (6 for shape (6,)), found 2"),
-    ({"atol": {"wheel": 0.1}}, "the graph has no input(s) ['wheel']"),
+    ({"atol": {"wheel": 0.1}}, "graph 'planning' has no input(s) ['wheel']"),
     ({"hypotheses": "pipelines.speculation:nothing"}, "module 'pipelines.speculation' has no 'nothing'"),
     ({"args": {"variants": ["teleport"]}}, "rejected its arguments (variants: expected some of"),
 ])

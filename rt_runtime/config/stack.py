@@ -251,26 +251,17 @@ def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None
         return None
     from ..safety.speculation import Speculate
 
-    shapes = {t.name: t.shape for t in graph.inputs} if graph is not None else {}
-    atol = spec.atol if isinstance(spec.atol, Mapping) else {}
-    for what, names in (("atol", atol), ("rows", spec.rows or {}), ("wait_for", spec.wait_for)):
-        unknown = sorted(set(names) - set(shapes))
-        if unknown:
-            raise _fail(cfg.source, f"task '{task}': speculate.{what}", f"the graph has no input(s) {unknown}; its "
-                        f"inputs are {sorted(shapes)}", task=task, fld="speculate")
-    for name, v in atol.items():
-        if isinstance(v, (list, tuple)) and (not shapes[name] or shapes[name][-1] != len(v)):
-            raise _fail(cfg.source, f"task '{task}': speculate.atol.{name}", f"expected one tolerance per column "
-                        f"({shapes[name][-1] if shapes[name] else 0} for shape {shapes[name]}), found {len(v)}",
-                        task=task, fld="speculate")
     factory = resolve(spec.hypotheses, cfg.source, f"task '{task}': speculate.hypotheses", task)
     try:
         hypotheses = factory(**spec.args)
     except (TypeError, ValueError) as e:
         raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} rejected its arguments "
                     f"({e})", task=task, fld="speculate") from None
-    return Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin,
-                     wait_for=spec.wait_for)
+    out = Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin, wait_for=spec.wait_for)
+    bad = out.problem(graph) if graph is not None else None
+    if bad is not None:
+        raise _fail(cfg.source, f"task '{task}': speculate.{bad[0]}", bad[1], task=task, fld="speculate")
+    return out
 
 
 def build_bindings(cfg: StackConfig, device: str | None = None,

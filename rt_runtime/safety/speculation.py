@@ -74,6 +74,27 @@ class Speculate:
     margin: float = 2.0                                 # expected-cost factor under a measured cost model
     wait_for: Sequence[str] = ()                        # inputs whose next value speculation waits for
 
+    def problem(self, graph: Any) -> tuple[str, str] | None:
+        """The first thing wrong with this spec for ``graph``, as (field, message); None if nothing is."""
+        if self.k < 1:
+            return "k", f"must be >= 1, found {self.k}"
+        shapes = {t.name: t.shape for t in graph.inputs}
+        atol = self.atol if isinstance(self.atol, Mapping) else {}
+        for what, keys in (("atol", atol), ("rows", self.rows or {}), ("wait_for", self.wait_for)):
+            unknown = sorted(set(keys) - set(shapes))
+            if unknown:
+                return what, f"graph '{graph.name}' has no input(s) {unknown}; its inputs are {sorted(shapes)}"
+        for name in shapes:
+            try:
+                tol = _tolerance(self.atol, name)
+            except ValueError as e:
+                return "atol", str(e)
+            shape = shapes[name]
+            if isinstance(tol, torch.Tensor) and (not shape or shape[-1] != len(tol)):
+                return f"atol.{name}", (f"expected one tolerance per column ({shape[-1] if shape else 0} for shape "
+                                        f"{shape}), found {len(tol)}")
+        return None
+
     def bind(self, ts: Any, sched: Any) -> "Speculator":
         """Called by the Scheduler for the task: build its speculator (executors, cache, counters)."""
         return Speculator(self, ts, sched)
@@ -92,8 +113,6 @@ class Speculator:
     """One task's speculation: hypothesis executors, the cache, the validator and the counters."""
 
     def __init__(self, spec: Speculate, ts: Any, sched: Any) -> None:
-        if spec.k < 1:
-            raise TaskError(ts.name, "speculate", f"k must be >= 1, found {spec.k}")
         if ts.triggered:
             raise TaskError(ts.name, "speculate", "speculation needs a periodic task (a triggered task's next "
                                                   "release is not known in advance)")
@@ -101,24 +120,14 @@ class Speculator:
         if not hasattr(primary, "op_start_ns"):
             raise TaskError(ts.name, "speculate", "speculation needs a plain GraphExecutor as the primary")
         g = primary.graph
-        names = {s.name for s in g.inputs}
-        for what, keys in (("atol", spec.atol if isinstance(spec.atol, Mapping) else {}), ("rows", spec.rows or {}),
-                           ("wait_for", spec.wait_for)):
-            unknown = sorted(set(keys) - names)
-            if unknown:
-                raise TaskError(ts.name, f"speculate.{what}", f"graph '{g.name}' has no input(s) {unknown}; "
-                                                              f"its inputs are {sorted(names)}")
+        bad = spec.problem(g)
+        if bad is not None:
+            raise TaskError(ts.name, f"speculate.{bad[0]}", bad[1])
         self.spec, self.ts, self.s = spec, ts, sched
         self.primary = primary
         self.ops = g.ops
         self.execs = [GraphExecutor(g, primary.device, owner=f"{ts.name}/spec{i}") for i in range(spec.k)]
         self.tol = {s.name: _tolerance(spec.atol, s.name) for s in g.inputs}
-        for s_ in g.inputs:
-            tol = self.tol[s_.name]
-            if isinstance(tol, torch.Tensor) and (not s_.shape or s_.shape[-1] != len(tol)):
-                raise TaskError(ts.name, "speculate.atol", f"input '{s_.name}' has shape {s_.shape}: a per-column "
-                                                           f"tolerance needs {s_.shape[-1] if s_.shape else 0} "
-                                                           f"values, found {len(tol)}")
         self.est: list[int | None] = [None] * len(g.ops)   # last cost of each op (virtual ns)
         self.basis_key: tuple | None = None                # what the hypotheses in hand were built from
         self.todo: list[dict[str, Any]] = []               # hypotheses for the next release
