@@ -121,6 +121,16 @@ class SpeculateSpec:
     enabled: bool = True
 
 
+def _keys(value: object, keys: tuple[str, ...], main: str) -> Mapping[str, Any]:
+    """``value`` as a mapping with only ``keys``; ValueError otherwise."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping with {main}; found {value!r}")
+    unknown = sorted(set(map(str, value)) - set(keys))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(keys)}")
+    return value
+
+
 def _non_negative(v: object, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
         raise ValueError(f"{what}: expected a non-negative number, found {v!r}")
@@ -131,11 +141,7 @@ def parse_speculate(value: object) -> SpeculateSpec | None:
     """A config value into a spec (None when absent); ValueError says what is wrong."""
     if value is None or value is False:
         return None
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping with hypotheses, k, atol, rows; found {value!r}")
-    unknown = sorted(set(map(str, value)) - set(SPECULATE_KEYS))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(SPECULATE_KEYS)}")
+    value = _keys(value, SPECULATE_KEYS, "hypotheses, k, atol, rows")
     ref = value.get("hypotheses")
     if not isinstance(ref, str) or ":" not in ref:
         raise ValueError(f"hypotheses: expected 'package.module:function', found {ref!r}")
@@ -197,11 +203,7 @@ def parse_safety(value: object, duration: Any) -> SafetySpec | None:
     """A config value into a spec (None when absent); ``duration(text, what)`` parses "20ms"-like values."""
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise ValueError(f"expected a mapping with planner and sensors, found {value!r}")
-    unknown = sorted(set(map(str, value)) - set(SAFETY_KEYS))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(SAFETY_KEYS)}")
+    value = _keys(value, SAFETY_KEYS, "planner and sensors")
     planner = value.get("planner")
     if not isinstance(planner, str):
         raise ValueError(f"planner: expected the planning task's name, found {planner!r}")
