@@ -7,8 +7,9 @@ minimal-risk stop) and held there; leaving minimal-risk releases it, and the wat
 recovery (``recover_after`` clean jobs) switches it back. Every change of state is a ``SAFETY``
 trace event (``a`` = new state, ``b`` = reason), stamped on the planning task with job -1.
 
-Verdicts: COMPARE voted -> degraded, no majority -> critical; MISS, OVERRUN (unless the task's
-``on_overrun`` is ``none``: its budget is a soft one), a job ended by an error -> degraded (critical for the planner's own failed job: no plan that period); STALL and the
+Verdicts: COMPARE voted -> degraded, no majority -> critical; MISS, OVERRUN (recorded, but no
+verdict when the task's ``on_overrun`` is ``none``: its budget is a soft one), a job ended by an
+error -> degraded (critical for the planner's own failed job: no plan that period); STALL and the
 watchdog degrading the planner -> critical. A sensor silent for ``silence_factor`` of its period
 -> degraded, for ``silence_critical`` periods -> critical; rejected or late messages -> degraded.
 """
@@ -91,7 +92,9 @@ class SafetyMonitor:
             self._missed.add((task, job_index))
             self.fault("miss", DEGRADED, t_ns, task)
         elif kind == _K.OVERRUN:
-            if task not in self.tolerated:   # on_overrun: none says the budget is a soft one
+            if task in self.tolerated:   # on_overrun: none says the budget is a soft one: seen, no verdict
+                self.detections.append((t_ns, "overrun", task))
+            else:
                 self.fault("overrun", DEGRADED, t_ns, task)
         elif kind == _K.STALL:
             self.fault("stall", CRITICAL, t_ns, task)
