@@ -14,8 +14,19 @@ One op, ``predict_tracks``, batched over all track slots and all HORIZON steps (
   the map frame along the (curving) route. Constant velocity would leave the road on a curve;
   this bends with it. Other tracks (crossing pedestrians, parked cars) keep constant velocity.
 
-Input: ``tracks`` + ``confirmed_count`` (the tracker's confirmed prefix), ``route`` + ``route_count``.
-Output: ``predictions`` (MAX_TRACKS, HORIZON, 2) in the map frame; rows past the count are zero.
+Braking (``accel=True``): the tracker is constant-velocity, so a leader braking to a stop would be
+predicted to drive on through it. The graph then keeps a small state per track, fed back like the
+tracker's (``motion_in`` -> ``motion``: id, speed along the lane, its filtered rate of change),
+with the tracks' stamp (``track_t``). A lane follower's along-lane acceleration is the change of
+its speed since the previous job, smoothed (``accel_gain``) and clamped to ``[-max_brake,
+max_accel]``; its along-lane motion is then ``s(t) = s0 + v tau + a tau^2 / 2`` with ``tau`` capped
+at the instant it would stop (a braking vehicle stops; it does not reverse). A track seen for the
+first time, or after more than ``accel_dt_max``, starts from zero acceleration.
+
+Input: ``tracks`` + ``confirmed_count`` (the tracker's confirmed prefix), ``route`` + ``route_count``
+(+ ``track_t``, ``motion_in``, ``motion_t_in`` with ``accel``).
+Output: ``predictions`` (MAX_TRACKS, HORIZON, 2) in the map frame; rows past the count are zero
+(+ ``motion``, ``motion_t`` with ``accel``).
 """
 from __future__ import annotations
 
@@ -24,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rt_runtime import Graph, Op
+from rt_runtime import Graph, Op, TensorSpec
 from pipelines import schema
 from pipelines.geometry import (RoadLayout, curvature, from_frenet, on_device, polyline, to_frenet, valid_mask,
                                 wrap_angle)
@@ -41,12 +52,33 @@ class PredictionParams:
     align_tol: float = math.radians(35.0)  # heading vs lane direction (or its opposite)
     tau: float = 1.5                       # s: time constant of the drift to the lane centre
     road: RoadLayout = field(default_factory=RoadLayout)
+    accel: bool = False                    # braking-aware: keep a per-track speed state (module docstring)
+    accel_gain: float = 0.5                # weight of the newest speed difference in the filtered rate
+    max_brake: float = 8.0                 # m/s^2
+    max_accel: float = 2.0                 # m/s^2
+    accel_dt_max: float = 0.5              # s: older state is not differenced against
 
 
-def prediction_inputs(device: str = "cpu") -> list:
-    """tracks, confirmed_count, route, route_count."""
-    return [on_device(s, device) for s in (schema.tracks(), schema.count("confirmed_count"), schema.route(),
-                                           schema.count("route_count"))]
+MOTION_COLS = ("id", "speed", "rate")   # speed along the lane (direction of travel) and its filtered change
+
+
+def initial_prediction_state(device: str = "cpu") -> dict[str, torch.Tensor]:
+    """No previous job: no per-track speeds, no stamp (NaN)."""
+    dev = torch.device(device)
+    return {"motion_in": torch.zeros(schema.MAX_TRACKS, len(MOTION_COLS), device=dev),
+            "motion_t_in": torch.full((1,), math.nan, dtype=torch.float64, device=dev)}
+
+
+def prediction_inputs(device: str = "cpu", accel: bool = False) -> list:
+    """tracks, confirmed_count, route, route_count (+ track_t, motion_in, motion_t_in with ``accel``)."""
+    specs = [schema.tracks(), schema.count("confirmed_count"), schema.route(), schema.count("route_count")]
+    if accel:
+        specs += [schema.timestamp("track_t"), _motion("motion_in"), schema.timestamp("motion_t_in")]
+    return [on_device(s, device) for s in specs]
+
+
+def _motion(name: str) -> TensorSpec:
+    return TensorSpec(name, (schema.MAX_TRACKS, len(MOTION_COLS)), "float32")
 
 
 def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -> Op:
@@ -57,7 +89,11 @@ def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -
     centers = torch.tensor(p.road.centers, dtype=torch.float32, device=dev)
 
     def predict(tracks: torch.Tensor, n: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor,
-                predictions: torch.Tensor) -> None:
+                *rest: torch.Tensor) -> None:
+        if p.accel:
+            track_t, motion_in, motion_t_in, predictions, motion, motion_t = rest
+        else:
+            (predictions,) = rest
         live = valid_mask(n, tracks.shape[0])
         p0 = tracks[:, T["x"]:T["y"] + 1]
         v = tracks[:, T["vx"]:T["vy"] + 1]
@@ -77,14 +113,47 @@ def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -
         c = centers[(aim[:, None] - centers[None, :]).abs().argmin(dim=1)]
         # Off the lanes (a cyclist on the shoulder, a walker on the sidewalk): keep the offset.
         c = torch.where((aim - c).abs() <= p.road.lane_width / 2, c, d0)
-        s = s0[:, None] + v_s[:, None] * t[None, :]
+        if p.accel:
+            # Speed along the direction of travel (oncoming traffic too) and its filtered rate of change.
+            sp = v_s.abs()
+            a = _speed_rate(p, tracks, live & follow, sp, track_t, motion_in, motion_t_in, motion, motion_t)
+            # sp tau + a tau^2 / 2, tau capped where the speed reaches zero (it stops, never reverses)
+            t_stop = torch.where(a < 0, sp / torch.where(a < 0, -a, 1.0), math.inf)
+            tau = torch.minimum(t[None, :], t_stop[:, None])
+            s = s0[:, None] + torch.sign(v_s)[:, None] * (sp[:, None] * tau + 0.5 * a[:, None] * tau * tau)
+        else:
+            s = s0[:, None] + v_s[:, None] * t[None, :]
         d = c[:, None] + (d0 - c)[:, None] * torch.exp(-t / p.tau)[None, :]
         x, y, _ = from_frenet(pl, s, d)
         lane = torch.stack((x, y), dim=-1)
         predictions.copy_(torch.where(live[:, None, None], torch.where(follow[:, None, None], lane, cv), 0.0))
 
-    return Op("predict_tracks", predict, tuple(prediction_inputs(device)), (on_device(schema.predictions(), device),),
+    outs = [on_device(schema.predictions(), device)]
+    if p.accel:
+        outs += [on_device(_motion("motion"), device), on_device(schema.timestamp("motion_t"), device)]
+    return Op("predict_tracks", predict, tuple(prediction_inputs(device, p.accel)), tuple(outs),
               capturable=True, cost_us=300.0)
+
+
+def _speed_rate(p: PredictionParams, tracks: torch.Tensor, follow: torch.Tensor, v_s: torch.Tensor,
+                track_t: torch.Tensor, motion_in: torch.Tensor, motion_t_in: torch.Tensor,
+                motion: torch.Tensor, motion_t: torch.Tensor) -> torch.Tensor:
+    """Each lane follower's filtered rate of change of its along-lane speed ``v_s``; writes this job's
+    state (``motion``: id, speed, rate) for the next job."""
+    dt = (track_t - motion_t_in).to(torch.float32)                      # NaN on the first job
+    fresh = (dt > 1e-3) & (dt <= p.accel_dt_max)
+    ids = tracks[:, T["id"]]
+    same = (ids[:, None] == motion_in[None, :, 0]) & (motion_in[None, :, 0] > 0)   # (N, N): this id before
+    seen = same.any(dim=1) & follow & fresh
+    j = same.float().argmax(dim=1)
+    prev_v, prev_a = motion_in[j, 1], motion_in[j, 2]
+    raw = (v_s - prev_v) / torch.where(fresh, dt, 1.0)
+    a = (p.accel_gain * raw + (1.0 - p.accel_gain) * prev_a).clamp(-p.max_brake, p.max_accel)
+    a = torch.where(seen, a, 0.0)
+    motion.copy_(torch.where(follow[:, None], torch.stack((ids, v_s, a), dim=1), 0.0))
+    motion_t.copy_(track_t)
+    return a
+
 
 
 def build_prediction_graph(device: str = "cpu", road: object | None = None, **params: object) -> Graph:
@@ -95,5 +164,6 @@ def build_prediction_graph(device: str = "cpu", road: object | None = None, **pa
     """
     if road is not None:
         params["road"] = RoadLayout.like(road)
-    op = prediction_op(device, PredictionParams(**params))  # type: ignore[arg-type]
-    return Graph("prediction", [op], prediction_inputs(device), ["predictions"])
+    pp = PredictionParams(**params)  # type: ignore[arg-type]
+    outs = ["predictions", "motion", "motion_t"] if pp.accel else ["predictions"]
+    return Graph("prediction", [prediction_op(device, pp)], prediction_inputs(device, pp.accel), outs)

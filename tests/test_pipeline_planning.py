@@ -202,3 +202,36 @@ def test_sim_road_geometry_is_understood():
     traj, status, _ = plan(ex, route=route, ego=(float(x), float(y), float(h), 12.0))
     xs, ys, _ = road.pose(s + 18.0, road.lane_center(0))
     assert status == 0 and math.hypot(float(traj[15, 0]) - xs, float(traj[15, 1]) - ys) < 0.3
+
+
+def test_braking_aware_prediction_stops_a_braking_leader_where_it_will_stop():
+    from pipelines.prediction import initial_prediction_state
+
+    route = torch.tensor([[float(x), 0.0] for x in range(0, 400, 20)])
+    cv = GraphExecutor(build_prediction_graph(road=RoadLayout.uniform(2)))
+    ex = GraphExecutor(build_prediction_graph(road=RoadLayout.uniform(2), accel=True))
+    state = initial_prediction_state()
+    tracks = torch.zeros(schema.MAX_TRACKS, len(schema.TRACK_COLS))
+    base = {"confirmed_count": ONE(2), "route": route, "route_count": ONE(len(route))}
+    for k in range(12):   # a leader braking at 4 m/s^2 from 10 m/s; an oncoming car braking at 4 m/s^2 too
+        v = 10.0 - 0.4 * k
+        x = 50.0 + 10.0 * 0.1 * k - 2.0 * (0.1 * k) ** 2
+        tracks[0, :6] = torch.tensor([7.0, 0.0, x, -1.75, v, 0.0])
+        tracks[1, :6] = torch.tensor([8.0, 0.0, 300.0 - x, 1.75, -v, 0.0])
+        out = ex.run({"tracks": tracks, **base, "track_t": torch.tensor([5.0 + 0.1 * k], dtype=torch.float64),
+                      **state})
+        state = {"motion_in": out["motion"].clone(), "motion_t_in": out["motion_t"].clone()}
+    v, x = 10.0 - 0.4 * 11, float(tracks[0, 2])
+    stop = x + v * v / (2 * 4.0)                       # where it really stops
+    rate = out["motion"][:2, 2]
+    assert torch.allclose(rate, torch.tensor([-4.0, -4.0]), atol=0.05)   # the filter has converged
+    pred = out["predictions"]
+    assert float(pred[0, -1, 0]) == pytest.approx(stop, abs=0.1)
+    assert float(pred[1, -1, 0]) == pytest.approx(300 - stop, abs=0.1)
+    assert (pred[0, 1:, 0] - pred[0, :-1, 0]).min() >= 0                # stops; never reverses
+    plain = cv.run({"tracks": tracks, **base})["predictions"]
+    assert float(plain[0, -1, 0]) > stop + 10                           # constant velocity drives through it
+    # A track the state has not seen (a new id) starts from zero acceleration.
+    tracks[0, 0] = 99.0
+    fresh = ex.run({"tracks": tracks, **base, "track_t": torch.tensor([6.2], dtype=torch.float64), **state})
+    assert float(fresh["motion"][0, 2]) == 0.0
