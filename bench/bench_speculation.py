@@ -34,7 +34,8 @@ def main() -> None:
     med = statistics.median
     print(f"{RUNS} runs per scenario and setting, medians; virtual clock, CPU-time cost model; config/stack.yaml")
     print(f"\n{'scenario':<20} {'p50 off':>8} {'p50 on':>7} {'p99 off':>8} {'p99 on':>7} {'hit rate':>9} "
-          f"{'misses':>7} {'no hyp':>7} {'saved ms':>9} {'wasted':>7} {'late':>5} {'others p99':>11} {'wall off/on':>12}")
+          f"{'misses':>7} {'no hyp':>7} {'saved ms':>9} {'wasted':>7} {'late':>5} {'others p99':>11} "
+          f"{'wall off/on':>12}")
     for name in SCENARIOS:
         bag, cfg = scenario_bag(name), scenario_config(name)
         runs = {on: [replay(bag, cfg, speculate=on) for _ in range(RUNS)] for on in (False, True)}

@@ -9,8 +9,9 @@ is at or before R, and once that job has *finished* its output sits in a reserve
 for its deadline. So the basis of a hypothesis is, per input: that pending output if there is
 one; else the channel's current message. If a job whose output is due by R has not finished
 yet, the basis is not known and nothing is speculated; nor while an input named in ``wait_for``
-still holds a value written before the last release (its producer has not run for this cycle). Inputs fed by ingress (sensors) hold
-their latest message in the basis; predicting them is the hypotheses' job.
+still holds a value written before the last release (its producer has not run for this cycle).
+Inputs fed by ingress (sensors) hold their latest message in the basis; predicting them is the
+hypotheses' job.
 
 **Hypotheses.** ``hypotheses(basis, written_ns, R)`` (``written_ns``: the logical time each
 basis value was, or will be, written) returns up to ``k`` predicted input sets for the release

@@ -18,11 +18,11 @@ by then), unless the clock was given a fixed epoch; ``push`` timestamps count fr
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import os
 import sys
 import threading
+import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.task import Task
@@ -73,8 +73,6 @@ class Runtime:
 
         bindings = [b if isinstance(b, TaskBinding) else TaskBinding(b) for b in tasks]
         if not virtual and any(b.speculate is not None for b in bindings):
-            import warnings
-
             spec = sorted(b.name for b in bindings if b.speculate is not None)
             warnings.warn(f"rt_runtime.sched: speculation runs on the virtual clock only (replay, use_sim_time); "
                           f"{spec} will not speculate on the wall clock", RuntimeWarning, stacklevel=2)
