@@ -6,7 +6,9 @@ the default cost model (each op's CPU time). Latency is release -> trajectory av
 planning job's response time; a hit makes it 0). Work wasted: speculative ops whose result was
 never committed (the other hypotheses, restarted or abandoned ones), over the planner's own work.
 Interference: the largest change of any other task's p99 response time with speculation on.
-Then the validator's tolerance: the built-in scenario with config/stack.yaml's ``atol`` scaled down.
+Then the validator's tolerance: the built-in scenario with config/stack.yaml's ``atol`` scaled down;
+then the wall clock: the built-in scenario at real time with two worker threads, off and on (one
+run each; speculation runs in the idle worker's slack, a real-time figure on a real machine).
 """
 from __future__ import annotations
 
@@ -64,6 +66,17 @@ def main() -> None:
         spec["atol"] = {"odom": [a * scale for a in atol]}
         sp = replay(default_bag(), parse_stack(doc, "stack.yaml"), speculate=True).stats["planning"]["speculation"]
         print(f"{scale:>7g} {sp['hits']:>5} {sp['misses']:>7} {sp['no_hypothesis']:>7}")
+    cfg = scenario_config("highway_cut_in")
+    print(f"\n{'wall clock, 2 threads':<22} {'resp p50 ms':>12} {'resp p99 ms':>12} {'hits':>5} {'misses':>7} "
+          f"{'others p99 max ms':>18} {'deadline misses':>16}")
+    for on in (False, True):
+        r = replay(default_bag(), cfg, speed=1.0, workers=2, speculate=on)
+        resp = r.tasks["planning"].response_ns / 1e6
+        sp = r.stats["planning"].get("speculation", {})
+        others = max(p(r.tasks[t].response_ns / 1e6, 99) for t in r.tasks if t != "planning")
+        print(f"{'speculation ' + ('on' if on else 'off'):<22} {p(resp, 50):>12.2f} {p(resp, 99):>12.2f} "
+              f"{sp.get('hits', '-'):>5} {sp.get('misses', '-'):>7} {others:>18.2f} "
+              f"{sum(int(s['missed']) for s in r.stats.values()):>16}")
 
 
 if __name__ == "__main__":

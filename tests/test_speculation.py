@@ -200,16 +200,42 @@ def test_let_makes_a_producers_pending_output_the_basis() -> None:
     assert all(r1[j] == 0 for j in range(1, 11)) and responses(sink0, "S")[5] == 3 * MS
 
 
-def test_on_the_wall_clock_speculation_is_off_and_says_so() -> None:
+def test_in_the_calling_thread_on_the_wall_clock_speculation_is_off_and_says_so() -> None:
     import pytest
 
     from rt_runtime.sched import WallClock
 
     b = TaskBinding(Task("S", 10 * MS, 5 * MS), graph("s"), inputs={"x": "/x"}, outputs={"y": "/y"},
                     speculate=Speculate(counter))
-    with pytest.warns(RuntimeWarning, match=r"virtual clock only .*\['S'\] will not speculate"):
+    with pytest.warns(RuntimeWarning, match=r"\['S'\] will not speculate in the calling thread"):
         rt = Runtime([b], clock=WallClock(), threaded=False)
     try:
         assert "speculation" not in rt.stats()["S"]
     finally:
         rt.close()
+
+
+def test_worker_threads_speculate_in_slack_on_the_wall_clock() -> None:
+    """Threaded runtime, real time: the idle worker runs the hypotheses between jobs; exact hits, the
+    same outputs as without speculation."""
+    from rt_runtime.sched import WallClock
+
+    outs = []
+    for spec in (None, Speculate(counter, k=2)):
+        b = TaskBinding(Task("S", 10 * MS, 5 * MS), graph("s"), inputs={"x": "/x"}, outputs={"y": "/y"},
+                        speculate=spec)
+        out: dict = {}
+        rt = Runtime([b], clock=WallClock(), threaded=True, realtime=False,
+                     egress=lambda ch, t, seq, d, out=out: out.__setitem__((ch, t // MS), d.clone()))
+        try:
+            for k in range(21):
+                rt.push("/x", k * 10 * MS, inputs_predictable(k))
+            rt.run_until(200 * MS)
+            stats = rt.stats()["S"]
+        finally:
+            rt.close()
+        outs.append((out, stats))
+    (out0, _), (out1, st1) = outs
+    sp = st1["speculation"]
+    assert sp["hits"] >= 15 and sp["misses"] == 0 and sp["errors"] == 0, sp
+    assert out0.keys() == out1.keys() and len(out0) >= 19 and all(torch.equal(out0[k], out1[k]) for k in out0)

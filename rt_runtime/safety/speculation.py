@@ -136,6 +136,8 @@ class Speculator:
         self.k = 0                                          # next hypothesis to run
         self.gen: Iterator[int] | None = None
         self.ops_done = 0
+        self.running = False                                # its op runs now, outside the lock (threads)
+        self.dropped = False                                # ... and was abandoned meanwhile
         self.c = dict.fromkeys(_COUNTERS, 0)
 
     # ---- the release (Scheduler.release) -------------------------------------------------------
@@ -267,80 +269,108 @@ class Speculator:
         self.todo = [{**base, **h} for h in hyps]
         self.basis_key = b.key
 
-    # ---- slack (inline driver) ----------------------------------------------------------------
+    # ---- slack (the drivers) ---------------------------------------------------------------------
     def abandon(self, count: bool = True) -> None:
-        """Drop the hypothesis in progress (a mandatory job became ready); its ops are wasted."""
-        if self.gen is not None:
-            self.gen.close()
-            self.gen = None
-            if count:
-                self.c["abandoned"] += 1
-            self.c["ops_wasted"] += self.ops_done
-            self.k += 1   # do not retry it: it could be abandoned again and again
-            self.ops_done = 0
+        """Drop the hypothesis in progress (a mandatory job became ready); its ops are wasted. If its
+        op is running right now (a worker thread, outside the lock), the worker drops it after."""
+        if self.gen is None:
+            return
+        if count:
+            self.c["abandoned"] += 1
+        if self.running:
+            self.dropped = True
+            return
+        self.gen.close()
+        self.gen = None
+        self.c["ops_wasted"] += self.ops_done
+        self.k += 1   # do not retry it: it could be abandoned again and again
+        self.ops_done = 0
 
     @property
     def live(self) -> bool:
         """True while a hypothesis is part-way through."""
         return self.gen is not None
 
-    def step(self, now: int, t_next: int, cost: Any, measured: bool, mono: Callable[[], int]) -> int:
-        """Run one speculative op if it fits before ``t_next``; returns its virtual cost, or -1."""
+    def prepare(self, now: int, t_next: int, cost: Any, measured: bool) -> Iterator[int] | None:
+        """The hypothesis to advance by one op, if that op is expected to end before ``t_next``
+        (scheduler state read: call under the scheduler's lock); None if nothing fits."""
         ts = self.ts
-        if ts.mode or ts.active or self.s.workers[ts.worker].pending is not None:
-            return -1
+        if ts.mode or ts.active or self.running or self.s.workers[ts.worker].pending is not None:
+            return None
         release = ts.offset + ts.next_index * ts.period
         b = self.basis(release)
         if b is None:
-            return -1
+            return None
         if b.key != self.basis_key:
             self._restart(b, release)
         if self.k >= len(self.todo):
-            return -1
+            return None
         i = self.ops_done
         est = self.est[i]
         if est is None:   # never run speculatively: the primary's last measurement, through the cost model
             p = self.primary
             if p.jobs == 0:
-                return -1
+                return None
             est = cost(ts.name, -1, i, self.ops[i], max(0, p.op_end_ns[i] - p.op_start_ns[i]))
         if measured:
             est = int(est * self.spec.margin)
         if now + est >= t_next:   # it must end before the next event that can start a job
-            return -1
-        c = self.c
+            return None
         if self.gen is None:
             self.gen = self.execs[self.k].steps(self.todo[self.k])
-            c["speculations"] += 1
-        m0 = mono()
-        err = False
+            self.c["speculations"] += 1
+        self.running = True
+        return self.gen
+
+    def run_op(self, gen: Iterator[int]) -> tuple[int, bool]:
+        """Advance ``gen`` by one op (no scheduler state touched: outside the lock); (op index, failed)."""
         try:
-            idx = next(self.gen)
+            return next(gen), False
         except StopIteration:
-            idx = len(self.ops) - 1
+            return len(self.ops) - 1, False
         except Exception:  # noqa: BLE001 - a hypothesis that breaks a contract or an op: dropped
-            idx, err = i, True
-        m = mono() - m0
-        dt = max(0, int(cost(ts.name, -1, i, self.ops[i], m)))
-        self.est[i] = dt
-        if now + dt >= t_next:
+            return self.ops_done, True
+
+    def settle(self, idx: int, err: bool, dt: int, end: int, t_next: int) -> None:
+        """Book the op ``run_op`` ran (virtual or wall cost ``dt``, ended at ``end``): under the lock."""
+        c = self.c
+        self.running = False
+        self.est[self.ops_done] = dt
+        if end >= t_next:
             c["late_ops"] += 1   # a measured cost ran past its estimate (margin too small)
         c["spec_ops"] += 1
         self.ops_done = idx + 1
-        if err:
+        if self.dropped:   # abandoned while it ran (a release came)
+            self.dropped = False
+            self.gen.close()   # type: ignore[union-attr]
+            self.gen = None
+            c["ops_wasted"] += self.ops_done
+            self.ops_done = 0
+        elif err:
             c["errors"] += 1
             c["ops_wasted"] += self.ops_done
             self.gen = None
             self.ops_done = 0
             self.k += 1
         elif idx >= len(self.ops) - 1:
-            for _ in self.gen:   # the executor's tail
+            for _ in self.gen:   # type: ignore[union-attr]  # the executor's tail
                 pass
             self.gen = None
             self.cache.append((self.todo[self.k], self.execs[self.k], self.ops_done))
             c["completed"] += 1
             self.ops_done = 0
             self.k += 1
+
+    def step(self, now: int, t_next: int, cost: Any, measured: bool, mono: Callable[[], int]) -> int:
+        """Inline driver: run one speculative op if it fits before ``t_next``; its virtual cost, or -1."""
+        gen = self.prepare(now, t_next, cost, measured)
+        if gen is None:
+            return -1
+        i = self.ops_done
+        m0 = mono()
+        idx, err = self.run_op(gen)
+        dt = max(0, int(cost(self.ts.name, -1, i, self.ops[i], mono() - m0)))
+        self.settle(idx, err, dt, now + dt, t_next)
         return dt
 
     def stats(self) -> dict[str, int]:

@@ -72,10 +72,11 @@ class Runtime:
         self._driver: int | None = None
 
         bindings = [b if isinstance(b, TaskBinding) else TaskBinding(b) for b in tasks]
-        if not virtual and any(b.speculate is not None for b in bindings):
+        if not virtual and not self.threaded and any(b.speculate is not None for b in bindings):
             spec = sorted(b.name for b in bindings if b.speculate is not None)
-            warnings.warn(f"rt_runtime.sched: speculation runs on the virtual clock only (replay, use_sim_time); "
-                          f"{spec} will not speculate on the wall clock", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"rt_runtime.sched: speculation runs on the virtual clock or in worker threads; {spec} "
+                          f"will not speculate in the calling thread on the wall clock (threaded=False)",
+                          RuntimeWarning, stacklevel=2)
             bindings = [dataclasses.replace(b, speculate=None) if b.speculate is not None else b for b in bindings]
         names = [b.name for b in bindings]
         dup = sorted({n for n in names if names.count(n) > 1})

@@ -215,7 +215,11 @@ class Scheduler:
         ts.active += 1
         _push(self.timeline, (job.deadline_ns, 0, ts.name, idx, job))
         if ts.spec is not None and ts.spec.on_release(job, r):
-            pass   # a cached hypothesis matched: its outputs are committed, the job finished at r
+            # A cached hypothesis matched: its outputs are committed, the job finished at r. Its worker,
+            # idle, may speculate for the next release now.
+            cond = self.workers[ts.worker].cond
+            if cond is not None:
+                cond.notify()
         else:
             w = self.workers[ts.worker]
             _push(w.ready, (job.pkey, job))
@@ -289,6 +293,10 @@ class Scheduler:
             c["max_exec_ns"] = job.exec_ns
         if self.tr:
             self.sink.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
+        for sp in self.speculators:   # a new output may complete a speculating task's basis: wake its worker
+            cond = self.workers[sp.ts.worker].cond
+            if cond is not None and sp.ts.worker != worker:
+                cond.notify()
         if not self.wants_output(job):
             self._cancel_outputs(job)
             job.state = DONE

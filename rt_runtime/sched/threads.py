@@ -6,6 +6,11 @@ outside the lock and take it only at op boundaries. The watchdog thread wakes wh
 op's budget or stall limit would run out; it never blocks on a worker, so a worker stuck in an
 op that never returns is reported while the others go on.
 
+An idle worker whose tasks speculate (``rt_runtime.safety.speculation``) runs their hypotheses
+one op at a time outside the lock, each only if it is expected to end before the next known
+instant a job could start; a message arriving from outside (a sensor) can still find the worker
+in such an op, so a mandatory job may wait up to one speculative op (a blocking term).
+
 Worker threads are pinned to a core (``os.sched_setaffinity``) and use SCHED_FIFO where the OS
 permits; where it does not, they run as ordinary threads after a one-line warning.
 """
@@ -86,7 +91,27 @@ class WorkerThread(threading.Thread):
             make_realtime([w.cpu] if w.cpu is not None else None, self.priority, f"worker {w.index}")
         lock, cond = s.lock, w.cond
         now = clock.now
+        specs = [sp for sp in s.speculators if sp.ts.worker == w.index]
+        cost, mono = rt.cost, time.monotonic_ns
         self.ready.set()
+
+        def speculate() -> bool:
+            """Slack: one speculative op of this worker's tasks, if one is expected to end before anything
+            known can start a job (lock held on entry and exit, released while the op runs)."""
+            t_next = s.next_ready_event()
+            for sp in specs:
+                gen = sp.prepare(now(), t_next, cost, True)
+                if gen is None:
+                    continue
+                i, m0 = sp.ops_done, mono()
+                lock.release()
+                try:
+                    idx, err = sp.run_op(gen)
+                finally:
+                    lock.acquire()
+                sp.settle(idx, err, cost(sp.ts.name, -1, i, sp.ops[i], mono() - m0), now(), t_next)
+                return True
+            return False
 
         def wait_for_job() -> Any:
             """The worker's next job, waiting on its condition until there is one (lock held)."""
@@ -94,7 +119,8 @@ class WorkerThread(threading.Thread):
             while job is None:
                 if rt._stopping:
                     return None
-                cond.wait()
+                if not (specs and speculate()):
+                    cond.wait()
                 job = next_job(s, w, now())
             return job
 
