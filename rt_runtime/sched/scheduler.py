@@ -293,7 +293,7 @@ class Scheduler:
             c["max_exec_ns"] = job.exec_ns
         if self.tr:
             self.sink.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
-        for sp in self.speculators:   # a new output may complete a speculating task's basis: wake its worker
+        for sp in self.speculators:   # a new output, or every worker idle now: wake a speculating worker
             cond = self.workers[sp.ts.worker].cond
             if cond is not None and sp.ts.worker != worker:
                 cond.notify()

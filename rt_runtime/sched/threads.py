@@ -6,10 +6,11 @@ outside the lock and take it only at op boundaries. The watchdog thread wakes wh
 op's budget or stall limit would run out; it never blocks on a worker, so a worker stuck in an
 op that never returns is reported while the others go on.
 
-An idle worker whose tasks speculate (``rt_runtime.safety.speculation``) runs their hypotheses
-one op at a time outside the lock, each only if it is expected to end before the next known
-instant a job could start; a message arriving from outside (a sensor) can still find the worker
-in such an op, so a mandatory job may wait up to one speculative op (a blocking term).
+When every worker is idle, a worker whose tasks speculate (``rt_runtime.safety.speculation``)
+runs their hypotheses one op at a time outside the lock, each only if it is expected to end
+before the next known instant a job could start; a message arriving from outside (a sensor) can
+still find it in such an op, so a mandatory job may wait up to one speculative op (a blocking
+term), on its worker or, sharing the interpreter lock, on another.
 
 Worker threads are pinned to a core (``os.sched_setaffinity``) and use SCHED_FIFO where the OS
 permits; where it does not, they run as ordinary threads after a one-line warning.
@@ -96,8 +97,12 @@ class WorkerThread(threading.Thread):
         self.ready.set()
 
         def speculate() -> bool:
-            """Slack: one speculative op of this worker's tasks, if one is expected to end before anything
-            known can start a job (lock held on entry and exit, released while the op runs)."""
+            """Slack: one speculative op of this worker's tasks, if no worker has a job and the op is
+            expected to end before anything known can start one (lock held on entry and exit, released
+            while the op runs). Python threads share the interpreter lock and the cores: speculating
+            while another worker runs a job would slow that job down."""
+            if any(x.current is not None or x.ready for x in s.workers):
+                return False
             t_next = s.next_ready_event()
             for sp in specs:
                 gen = sp.prepare(now(), t_next, cost, True)
