@@ -121,7 +121,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     used, so other processes on a loaded machine cause no spurious misses);
     ``zero_cost`` gives the LET outputs of a run without timing faults on any machine, at any load.
     ``speculate``: None runs the config's ``speculate:`` keys as they say (``enabled``), True turns them
-    all on, False off (speculation runs in slack on the virtual clock only).
+    all on, False off (speculation runs in slack on the virtual clock or in worker threads).
     """
     from .outputs import OutputCollector
 

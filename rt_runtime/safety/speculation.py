@@ -30,6 +30,9 @@ before the end of the run. Expected cost: the op's last cost (the primary job's 
 before the first speculative run), times ``margin`` under a measured cost model. Nothing that
 could start a job happens during that op, so mandatory jobs' response times do not grow. When a
 mandatory job becomes ready the hypothesis in progress is abandoned (its ops are wasted).
+Worker threads on the wall clock use the same three steps (``prepare`` under the scheduler's
+lock, ``run_op`` outside it, ``settle`` under it) while every worker is idle (``threads.py``);
+there a message from outside can arrive during the op: up to one op of blocking.
 
 **Validation** at the real release: per input, the snapshot and each completed hypothesis must
 agree within ``atol`` (per input; a list is per column, the last axis) on the valid rows

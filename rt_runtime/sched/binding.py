@@ -49,8 +49,8 @@ class TaskBinding:
     # ``rt_runtime.safety.RedundantExecutor``): called as ``executor(binding, device, owner=...,
     # check_inputs=..., capture=...)``; it must offer what the scheduler uses of a GraphExecutor.
     executor: Callable[..., Any] | None = None
-    # Speculative execution of the next job on predicted inputs in slack time (inline driver on a
-    # VirtualClock): a ``rt_runtime.safety.speculation.Speculate``; None (the default): off.
+    # Speculative execution of the next job on predicted inputs in slack time (on a VirtualClock, or
+    # in worker threads): a ``rt_runtime.safety.speculation.Speculate``; None (the default): off.
     speculate: Any = None
 
     def __post_init__(self) -> None:

@@ -31,7 +31,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
     now_fn = clock.now
     pop = heapq.heappop
     process = s.process
-    specs = getattr(s, "speculators", ()) if virtual else ()   # speculation in slack: VirtualClock only
+    specs = getattr(s, "speculators", ()) if virtual else ()   # on the wall clock: worker threads (threads.py)
     while True:
         if s.inbox:
             s.drain_inbox()
