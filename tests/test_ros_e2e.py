@@ -107,7 +107,9 @@ def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tm
     domain, trace = DOMAIN, tmp_path / "live.trace"
     log = tmp_path / "node.log"
     t_start = time.time_ns()
-    with cli(["run", "--trace", str(trace), "--stale-after", "300ms"], domain, log) as node, \
+    # Speculative planning on (worker thread, wall clock): the plans still come at the LET instants.
+    with cli(["run", "--trace", str(trace), "--stale-after", "300ms", "--set", "tasks.planning.speculate.enabled=true"],
+             domain, log) as node, \
             Probe(TOPICS, domain_id=domain) as probe:
         wait_for(log, "SIGINT or SIGTERM stops", node)
         play_through(probe, [str(short_bag)], domain, tmp_path / "play.log",
@@ -124,6 +126,7 @@ def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tm
             return latest(probe, "rt_runtime: input /sensing/lidar/points")
         assert probe.spin_until(lambda: int(lidar().get("received", 0)) >= 27, timeout=5), lidar()   # of 30
         assert lidar()["bad"] == "0" and int(lidar()["nan_points"]) > 0
+        assert int(latest(probe, "rt_runtime: task planning")["speculation hits"]) >= 5
 
         # Bad input on the node's own topics: counted, reported, and the node goes on.
         import numpy as np

@@ -2,8 +2,8 @@
 
 Statuses (``name`` -> what it says):
 
-* ``rt_runtime: task <name>``: jobs, misses, overruns, reactions, drops; ERROR ``degraded`` while the
-  task runs its fallback graph, WARN ``N deadline misses`` when it missed during the last period.
+* ``rt_runtime: task <name>``: jobs, misses, overruns, reactions, drops (and speculation hits,
+  misses, ... for a task that speculates); ERROR ``degraded`` while the task runs its fallback graph, WARN ``N deadline misses`` when it missed during the last period.
 * ``rt_runtime: watchdog``: stalled workers, degraded tasks, whether the run is still deterministic,
   stale inputs; ERROR when a worker is stalled, WARN ``degraded: ...`` while any task is degraded.
 * ``rt_runtime: input <topic>``: messages received, bad (undecodable), NaN points dropped, header
@@ -40,6 +40,9 @@ def _task_statuses(tasks: Mapping[str, Mapping[str, Any]], before: Mapping[str, 
         new_overruns = int(s.get("overruns", 0)) - int(prev.get("overruns", 0))
         values = {k: s[k] for k in TASK_KEYS if k in s}
         values["max_exec_ms"] = round(int(s.get("max_exec_ns", 0)) / 1e6, 3)
+        sp = s.get("speculation")
+        if sp is not None:   # docs/SAFETY.md, "Speculative execution"
+            values.update({f"speculation {k}": sp[k] for k in ("hits", "misses", "no_hypothesis", "ops_wasted")})
         if s.get("mode") == "fallback":
             level, msg = ERROR, "degraded"
         elif new_misses or new_overruns:
