@@ -239,3 +239,31 @@ def test_worker_threads_speculate_in_slack_on_the_wall_clock() -> None:
     sp = st1["speculation"]
     assert sp["hits"] >= 15 and sp["misses"] == 0 and sp["errors"] == 0, sp
     assert out0.keys() == out1.keys() and len(out0) >= 19 and all(torch.equal(out0[k], out1[k]) for k in out0)
+
+
+def test_a_speculative_op_that_hangs_is_reported_as_a_stall() -> None:
+    """Worker threads: the watchdog thread watches speculative ops as it watches jobs' ops."""
+    import time
+
+    from rt_runtime.sched import WallClock
+
+    def slow(x: torch.Tensor, y: torch.Tensor) -> None:
+        if float(x[0]) < 0:     # only the hypothesis carries a negative value
+            time.sleep(0.3)
+        torch.mul(x, 2.0, out=y)
+
+    g = Graph("slow", [Op("slow_op", slow, (X,), (Y,), cost_us=100)], [X], ["y"])
+    hang = Speculate(lambda basis, written, release: [{"x": torch.full((8,), -1.0)}], k=1)
+    sink = RecordingSink()
+    b = TaskBinding(Task("S", 100 * MS, 50 * MS), g, inputs={"x": "/x"}, outputs={"y": "/y"}, speculate=hang)
+    rt = Runtime([b], clock=WallClock(), threaded=True, realtime=False, stall_after_ns=50 * MS, sink=sink)
+    try:
+        for k in range(4):
+            rt.push("/x", k * 100 * MS, inputs_predictable(k))
+        rt.run_until(350 * MS)
+        stats = rt.stats()["S"]
+    finally:
+        rt.close()
+    stalls = sink.of(K.STALL, "S")
+    assert stalls and all(e.job_index == -1 for e in stalls) and stats["stalls"] == len(stalls)
+    assert stats["speculation"]["abandoned"] >= 1 and stats["speculation"]["hits"] == 0   # dropped after it returned

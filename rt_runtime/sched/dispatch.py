@@ -27,7 +27,7 @@ class Worker:
     """One worker: a ready queue (heap on the policy's key), its current job, the op in flight."""
 
     __slots__ = ("index", "cpu", "ready", "current", "cond", "pending", "busy_until", "in_op", "op_t0",
-                 "op_seq", "stalled", "thread", "budget_at")
+                 "op_seq", "stalled", "thread", "budget_at", "spec")
 
     def __init__(self, index: int, cpu: int | None = None) -> None:
         self.index = index
@@ -43,6 +43,7 @@ class Worker:
         self.op_seq = 0
         self.stalled = False
         self.thread: Any = None
+        self.spec: Any = None                          # threaded mode: the task whose speculative op runs
 
     def __repr__(self) -> str:
         return f"Worker({self.index}, cpu={self.cpu}, ready={len(self.ready)}, current={self.current})"

@@ -109,11 +109,18 @@ class WorkerThread(threading.Thread):
                 if gen is None:
                     continue
                 i, m0 = sp.ops_done, mono()
+                w.op_t0, w.spec = now(), sp.ts   # the watchdog thread watches a speculative op for stalls
+                if wd is not None:
+                    wd.watch(w.op_t0 + rt.stall_ns(sp.ts))
                 lock.release()
                 try:
                     idx, err = sp.run_op(gen)
                 finally:
                     lock.acquire()
+                    w.spec = None
+                    if w.stalled:
+                        w.stalled = False
+                        s.watchdog.unstall(w.index)
                 sp.settle(idx, err, cost(sp.ts.name, -1, i, sp.ops[i], mono() - m0), now(), t_next)
                 return True
             return False
@@ -186,6 +193,14 @@ class WatchdogThread(threading.Thread):
                 now = clock.now()
                 for w in s.workers:
                     job = w.current
+                    spec = w.spec
+                    if spec is not None and not w.stalled:   # a speculative op (no job, no budget)
+                        at = w.op_t0 + rt.stall_ns(spec)
+                        if now >= at:
+                            w.stalled = True
+                            s.watchdog.stall_in(w.index, spec, -1, spec.spec.ops_done, now)
+                        else:
+                            nxt = min(nxt, at)
                     if job is None or not w.in_op:
                         continue
                     t0, ts = w.op_t0, job.ts

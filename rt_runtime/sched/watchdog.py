@@ -110,14 +110,17 @@ class Watchdog:
 
     def stall(self, worker: int, job: RunJob, t: int) -> None:
         """Report a worker whose current op has not returned for too long; the others go on."""
-        ts = job.ts
+        self.stall_in(worker, job.ts, job.index, job.ops_done, t)
+
+    def stall_in(self, worker: int, ts: Any, index: int, op: int, t: int) -> None:
+        """Report a worker stuck in task ``ts``'s op ``op`` of job ``index`` (-1: a speculative op)."""
         ts.c["stalls"] += 1
-        self.stalled[worker] = (ts.name, job.index, t)
-        self.s.emit(EventKind.STALL, t, ts.name, job.index, worker, job.ops_done)
-        log.warning("rt_runtime.sched: worker %d stalled in task '%s' job %d, op %d (detected at t=%dns)",
-                    worker, ts.name, job.index, job.ops_done, t)
+        self.stalled[worker] = (ts.name, index, t)
+        self.s.emit(EventKind.STALL, t, ts.name, index, worker, op)
+        log.warning("rt_runtime.sched: worker %d stalled in task '%s' %s, op %d (detected at t=%dns)",
+                    worker, ts.name, f"job {index}" if index >= 0 else "speculation", op, t)
         if self.on_stall is not None:
-            self.on_stall(worker, ts.name, job.index, t)
+            self.on_stall(worker, ts.name, index, t)
 
     def unstall(self, worker: int) -> None:
         """The stalled op returned after all."""
