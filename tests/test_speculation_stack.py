@@ -24,10 +24,25 @@ def fixed_cost(task: str, job: int, op_index: int, op: object, measured_ns: int)
 
 
 @pytest.fixture(scope="module")
-def runs(short_bag):  # noqa: F811
+def runs(short_bag, tmp_path_factory):  # noqa: F811
     cfg = load_stack(default_config())
-    return {on: replay(short_bag, cfg, cost=fixed_cost, speculate=on, retain_channels=["planning/trajectory"])
+    where = tmp_path_factory.mktemp("spec")
+    return {on: replay(short_bag, cfg, cost=fixed_cost, speculate=on, retain_channels=["planning/trajectory"],
+                       trace=where / f"{on}.rttrace")
             for on in (False, True)}
+
+
+def test_the_trace_analysis_counts_the_committed_jobs(runs) -> None:
+    from rt_runtime.analysis.trace_report import analyze_trace
+    from rt_runtime.trace.file import load_trace
+
+    on = runs[True]
+    rep = analyze_trace(*load_trace(on.trace))
+    planning = next(t for t in rep.tasks if t.name == "planning").to_json()
+    assert planning["speculation"] == {"hits": on.stats["planning"]["speculation"]["hits"], "misses": 0}
+    assert planning["speculation"]["hits"] > 0 and planning["response_ms"]["max"] == 0.0
+    off = analyze_trace(*load_trace(runs[False].trace))
+    assert next(t for t in off.tasks if t.name == "planning").to_json()["speculation"] == {"hits": 0, "misses": 0}
 
 
 def responses(result, task: str) -> dict[int, int]:

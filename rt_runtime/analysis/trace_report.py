@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..core.task import Task, TaskError
+from ..sched.events import REACT_SPEC_HIT, REACT_SPEC_MISS
+from ..sched.events import EventKind as K  # noqa: N814
 from ..sched.policy import Policy
 from ..trace.ring import TraceColumns
 from .chains import Chain
@@ -47,6 +49,8 @@ class TaskStats:
     start_delay_ns: np.ndarray    # start - release
     worst_ops: list[dict[str, Any]] = field(default_factory=list)
     causes: dict[str, int] = field(default_factory=dict)
+    spec_hits: int = 0            # jobs committed from a speculative result (REACTION, a = 5)
+    spec_misses: int = 0          # releases whose hypotheses all missed (REACTION, a = 6)
 
     def to_json(self) -> dict[str, Any]:
         """The documented task entry plus extra keys."""
@@ -62,7 +66,8 @@ class TaskStats:
                 "exec_over_budget": (exec_ms["max"] * 1e6 > self.budget_ns) if self.budget_ns else None,
                 "release_jitter_ms": ms(self.jitter_ns), "min_slack_ms": ms(self.min_slack_ns),
                 "start_delay_ms": percentiles_ms(self.start_delay_ns, (50, 99)),
-                "worst_case_ops": self.worst_ops, "miss_causes": self.causes}
+                "worst_case_ops": self.worst_ops, "miss_causes": self.causes,
+                "speculation": {"hits": self.spec_hits, "misses": self.spec_misses}}
 
 
 @dataclass
@@ -160,13 +165,18 @@ def _task_stats(tr: Trace, name: str, budget: int | None, med: Mapping[tuple[int
     slack = slack[j.deadline[done] >= 0]
     started = rows[(j.start[rows] >= 0) & (rel >= 0)]
     aborted, missed, wd = j.abort_t[rows] >= 0, j.miss_t[rows] >= 0, j.watchdog_abort[rows]
-    return TaskStats(
+    c = tr.cols
+    react = (c.kind == K.REACTION) & (c.task == tid)
+    stats = TaskStats(
         name, len(released), int(missed.sum()), len(done), int(aborted.sum()),
         int((aborted & wd & ~missed).sum()), int((aborted & missed).sum()), int((aborted & ~wd & ~missed).sum()),
         int(j.dropped[rows].sum()),
         int((j.overrun_t[rows] >= 0).sum()), resp, exe, budget, tr.relative_deadline.get(name),
         int(step.max() - step.min()) if len(step) else None, int(slack.min()) if len(slack) else None,
         j.start[started] - j.release[started], _worst_ops(tr, tid, done, exe, med))
+    stats.spec_hits = int((react & (c.a == REACT_SPEC_HIT)).sum())
+    stats.spec_misses = int((react & (c.a == REACT_SPEC_MISS)).sum())
+    return stats
 
 
 def _taskset(tr: Trace, config_tasks: Sequence[Task] | None) -> tuple[list[Task], list[str]]:

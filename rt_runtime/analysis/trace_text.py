@@ -23,7 +23,9 @@ def task_table(rep: TraceReport) -> list[str]:
         extra = [f"{n} {lbl}" for n, lbl in ((t.watchdog_aborted, "aborted by the watchdog before the deadline"),
                                              (t.aborted_after_miss, "aborted after their miss"),
                                              (t.failed, "failed (an op raised)"),
-                                             (t.dropped, "released without input"), (t.overruns, "overruns"))
+                                             (t.dropped, "released without input"), (t.overruns, "overruns"),
+                                             (t.spec_hits, "committed from speculation (response 0)"),
+                                             (t.spec_misses, "speculation misses"))
                  if n]
         if extra:
             out.append(f"{'':<20} " + ", ".join(extra))

@@ -55,10 +55,8 @@ import torch
 from ..core.task import TaskError
 from ..exec.executor import GraphExecutor
 from ..sched.channel import ChannelPolicy
-from ..sched.events import EventKind
+from ..sched.events import REACT_SPEC_HIT, REACT_SPEC_MISS, EventKind
 from ..sched.job import FINISHED
-
-REACT_SPEC_HIT, REACT_SPEC_MISS = 5, 6
 
 # (basis inputs, the logical time each was written, the next release) -> predicted input sets.
 Hypotheses = Callable[[Mapping[str, Any], Mapping[str, int], int], "Sequence[Mapping[str, Any]]"]

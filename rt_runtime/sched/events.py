@@ -56,6 +56,7 @@ class EventKind(IntEnum):
 
 # Reaction codes (``a`` of REACTION).
 REACT_NONE, REACT_SKIP, REACT_ABORT, REACT_DEGRADE, REACT_RECOVER = 0, 1, 2, 3, 4
+REACT_SPEC_HIT, REACT_SPEC_MISS = 5, 6   # a speculative result committed / every hypothesis missed
 # Drop reasons (``a`` of DROP).
 DROP_CHANNEL, DROP_NO_INPUT, DROP_BACKLOG, DROP_OUTPUT = 1, 2, 3, 4
 # Comparison verdicts (``a`` of COMPARE): copies agreed; a majority outvoted a faulty copy; no
