@@ -215,27 +215,30 @@ def test_in_the_calling_thread_on_the_wall_clock_speculation_is_off_and_says_so(
         rt.close()
 
 
+def on_worker_threads(b: TaskBinding, period_ms: int, until_ms: int, **kw: Any):
+    """``b`` on a threaded runtime in real time, fed predictable /x every period: (stats, outputs, sink)."""
+    from rt_runtime.sched import WallClock
+
+    out: dict = {}
+    sink = RecordingSink()
+    rt = Runtime([b], clock=WallClock(), threaded=True, realtime=False, sink=sink,
+                 egress=lambda ch, t, seq, d: out.__setitem__((ch, t // MS), d.clone()), **kw)
+    try:
+        for k in range(until_ms // period_ms + 1):
+            rt.push("/x", k * period_ms * MS, inputs_predictable(k))
+        rt.run_until(until_ms * MS)
+        return rt.stats()["S"], out, sink
+    finally:
+        rt.close()
+
+
 def test_worker_threads_speculate_in_slack_on_the_wall_clock() -> None:
     """Threaded runtime, real time: the idle worker runs the hypotheses between jobs; exact hits, the
     same outputs as without speculation."""
-    from rt_runtime.sched import WallClock
-
-    outs = []
-    for spec in (None, Speculate(counter, k=2)):
-        b = TaskBinding(Task("S", 10 * MS, 5 * MS), graph("s"), inputs={"x": "/x"}, outputs={"y": "/y"},
-                        speculate=spec)
-        out: dict = {}
-        rt = Runtime([b], clock=WallClock(), threaded=True, realtime=False,
-                     egress=lambda ch, t, seq, d, out=out: out.__setitem__((ch, t // MS), d.clone()))
-        try:
-            for k in range(21):
-                rt.push("/x", k * 10 * MS, inputs_predictable(k))
-            rt.run_until(200 * MS)
-            stats = rt.stats()["S"]
-        finally:
-            rt.close()
-        outs.append((out, stats))
-    (out0, _), (out1, st1) = outs
+    runs = [on_worker_threads(TaskBinding(Task("S", 10 * MS, 5 * MS), graph("s"), inputs={"x": "/x"},
+                                          outputs={"y": "/y"}, speculate=spec), 10, 200)
+            for spec in (None, Speculate(counter, k=2))]
+    (_, out0, _), (st1, out1, _) = runs
     sp = st1["speculation"]
     assert sp["hits"] >= 15 and sp["misses"] == 0 and sp["errors"] == 0, sp
     assert out0.keys() == out1.keys() and len(out0) >= 19 and all(torch.equal(out0[k], out1[k]) for k in out0)
@@ -245,8 +248,6 @@ def test_a_speculative_op_that_hangs_is_reported_as_a_stall() -> None:
     """Worker threads: the watchdog thread watches speculative ops as it watches jobs' ops."""
     import time
 
-    from rt_runtime.sched import WallClock
-
     def slow(x: torch.Tensor, y: torch.Tensor) -> None:
         if float(x[0]) < 0:     # only the hypothesis carries a negative value
             time.sleep(0.3)
@@ -254,16 +255,8 @@ def test_a_speculative_op_that_hangs_is_reported_as_a_stall() -> None:
 
     g = Graph("slow", [Op("slow_op", slow, (X,), (Y,), cost_us=100)], [X], ["y"])
     hang = Speculate(lambda basis, written, release: [{"x": torch.full((8,), -1.0)}], k=1)
-    sink = RecordingSink()
     b = TaskBinding(Task("S", 100 * MS, 50 * MS), g, inputs={"x": "/x"}, outputs={"y": "/y"}, speculate=hang)
-    rt = Runtime([b], clock=WallClock(), threaded=True, realtime=False, stall_after_ns=50 * MS, sink=sink)
-    try:
-        for k in range(4):
-            rt.push("/x", k * 100 * MS, inputs_predictable(k))
-        rt.run_until(350 * MS)
-        stats = rt.stats()["S"]
-    finally:
-        rt.close()
+    stats, _, sink = on_worker_threads(b, 100, 350, stall_after_ns=50 * MS)
     stalls = sink.of(K.STALL, "S")
     assert stalls and all(e.job_index == -1 for e in stalls) and stats["stalls"] == len(stalls)
     assert stats["speculation"]["abandoned"] >= 1 and stats["speculation"]["hits"] == 0   # dropped after it returned
