@@ -108,8 +108,7 @@ def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tm
     log = tmp_path / "node.log"
     t_start = time.time_ns()
     # Speculative planning on (worker thread, wall clock): the plans still come at the LET instants.
-    with cli(["run", "--trace", str(trace), "--stale-after", "300ms", "--set", "tasks.planning.speculate.enabled=true"],
-             domain, log) as node, \
+    with cli(["run", "--trace", str(trace), "--stale-after", "300ms", "--speculate"], domain, log) as node, \
             Probe(TOPICS, domain_id=domain) as probe:
         wait_for(log, "SIGINT or SIGTERM stops", node)
         play_through(probe, [str(short_bag)], domain, tmp_path / "play.log",

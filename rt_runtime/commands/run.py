@@ -19,6 +19,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--params-file", help="ROS parameters file (e.g. config/ros_params.yaml)")
     p.add_argument("--workers", type=int, help="worker count (default: the config's)")
     p.add_argument("--realtime", action="store_true", help="pin workers and use SCHED_FIFO where permitted")
+    p.add_argument("--speculate", action="store_true",
+                   help="turn on the config's speculate: keys (the planner plans ahead in slack; docs/SAFETY.md)")
     p.add_argument("--stale-after", metavar="DURATION", help="an input silent this long is stale (default 500ms)")
     p.add_argument("--degrade-on-stale", action="append", default=[], metavar="TOPIC",
                    help="while this input is stale, run every task that has one on its fallback graph")
@@ -42,6 +44,8 @@ def _parameters(args: argparse.Namespace) -> list[Any]:
         out.append(Parameter("workers", Parameter.Type.INTEGER, int(args.workers)))
     if args.realtime:
         out.append(Parameter("realtime", Parameter.Type.BOOL, True))
+    if args.speculate:
+        out.append(Parameter("speculate", Parameter.Type.BOOL, True))
     if args.use_sim_time:
         out.append(Parameter("use_sim_time", Parameter.Type.BOOL, True))
     return out

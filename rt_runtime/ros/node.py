@@ -67,7 +67,7 @@ class LiveRuntime:
                 [(r.topic, EGRESS_CODECS[r.codec].msgtype) for r in self.cfg.egress] + \
                 [("/clock", "rosgraph_msgs/msg/Clock"), (DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")]
             types = {topic: ros_class(msgtype) for topic, msgtype in names}   # a missing package fails here
-            bindings, initial = build_bindings(self.cfg)
+            bindings, initial = build_bindings(self.cfg, speculate=True if p["speculate"] else None)
         except (ConfigError, DurationError, ValueError, FileNotFoundError, LookupError) as e:
             raise StartError(str(e)) from None
         cfg = self.cfg

@@ -9,6 +9,7 @@ PARAMS: dict[str, object] = {
     "trace": "",                        # trace file written at exit ("" = none)
     "workers": 0,                       # 0 = the stack file's
     "realtime": False,                  # pin workers, SCHED_FIFO where permitted
+    "speculate": False,                 # turn on the stack file's speculate: keys (docs/SAFETY.md)
     "qos_depth": 5,                     # sensor subscriptions: keep last N
     "qos_reliability": "best_effort",   # or "reliable"
     "stale_after": "500ms",             # an input silent this long (and 3 of its periods) is stale
