@@ -4,7 +4,8 @@
 
 Launch arguments: ``config`` (the stack file; default the installed reference stack),
 ``params_file`` (default the installed config/ros_params.yaml), ``use_sim_time`` (default false;
-true is ``rt-runtime run --use-sim-time``). Remap topics with ``remappings`` in an including launch
+true is ``rt-runtime run --use-sim-time``), ``speculate`` (default false; true is ``rt-runtime run
+--speculate``: the planner plans ahead in slack time). Remap topics with ``remappings`` in an including launch
 file, or set them in the stack file. SIGINT (what launch sends) stops the node cleanly.
 """
 import os
@@ -26,6 +27,8 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("params_file", default_value=os.path.join(share, "config", "ros_params.yaml"),
                               description="ROS parameters of the node"),
         DeclareLaunchArgument("use_sim_time", default_value="false", description="follow /clock"),
+        DeclareLaunchArgument("speculate", default_value="false",
+                              description="turn on the stack file's speculate: keys (docs/SAFETY.md)"),
         Node(
             package="rt_runtime",
             executable="runtime_node",
@@ -34,7 +37,8 @@ def generate_launch_description() -> LaunchDescription:
             parameters=[
                 LaunchConfiguration("params_file"),
                 {"config": LaunchConfiguration("config"),
-                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool)},
+                 "use_sim_time": ParameterValue(LaunchConfiguration("use_sim_time"), value_type=bool),
+                 "speculate": ParameterValue(LaunchConfiguration("speculate"), value_type=bool)},
             ],
         ),
     ])
