@@ -290,8 +290,11 @@ def test_launch_files_name_installed_executables_and_match_the_command_in_their_
     for command in commands:
         parser.parse_args([samples.get(w, w) for w in shlex.split(command)[1:]])   # a valid command line
     text = " ".join(commands)
-    for arg in declared - {"use_sim_time"}:           # each launch argument is in the commands
+    switches = {"use_sim_time", "speculate"}          # off by default: the docstring's prose gives their flag
+    for arg in declared - switches:                    # each other launch argument is in the commands
         assert arg.upper() in text or f"--{arg.replace('_', '-')}" in text, (arg, text)
+    for arg in declared & switches:
+        assert f"--{arg.replace('_', '-')}" in " ".join(doc.split()), arg
 
 
 def test_ros_params_file_sets_only_parameters_the_node_declares() -> None:
