@@ -311,15 +311,18 @@ class RoadLayout:
     lane_width: float = 3.5
     centers: tuple[float, ...] = (-3.5, 0.0, 3.5)
     directions: tuple[int, ...] = (1, 1, 1)
+    speed_limit: float | None = None   # m/s; None: not known (the planner keeps its own target speed)
 
     @classmethod
     def like(cls, road: object) -> "RoadLayout":
-        """From a sim ``Road`` (lane_width, directions, lane_center(i)) or another RoadLayout."""
+        """From a sim ``Road`` (lane_width, directions, lane_center(i), speed_limit) or another RoadLayout."""
         if isinstance(road, RoadLayout):
             return road
         dirs = tuple(int(d) for d in getattr(road, "directions"))
+        limit = getattr(road, "speed_limit", None)
         return cls(float(getattr(road, "lane_width")),
-                   tuple(float(road.lane_center(i)) for i in range(len(dirs))), dirs)  # type: ignore[attr-defined]
+                   tuple(float(road.lane_center(i)) for i in range(len(dirs))), dirs,  # type: ignore[attr-defined]
+                   float(limit) if limit is not None else None)
 
     @classmethod
     def uniform(cls, n_lanes: int = 3, lane_width: float = 3.5) -> "RoadLayout":

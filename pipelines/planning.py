@@ -56,7 +56,7 @@ class PlannerParams:
     """Candidate grid, vehicle limits and cost weights (SI units)."""
 
     road: RoadLayout = field(default_factory=RoadLayout)
-    target_speed: float = 13.9
+    target_speed: float = 13.9        # m/s; capped by (and, when not given, set to) the road's speed limit
     n_offsets: int = 7
     speed_fractions: tuple[float, ...] = (1.0, 0.8, 0.6, 0.4, 0.2, 0.0)   # of target_speed
     horizons: tuple[float, ...] = (2.0, 3.0, 4.0)                         # manoeuvre times, s
@@ -310,7 +310,9 @@ def planning_inputs(device: str = "cpu") -> list[TensorSpec]:
 
 def _params(road: object | None, params: dict) -> PlannerParams:
     if road is not None:
-        params["road"] = RoadLayout.like(road)
+        lay = params["road"] = RoadLayout.like(road)
+        if lay.speed_limit is not None:   # the road's limit, unless a lower target speed is asked for
+            params["target_speed"] = min(float(params.get("target_speed", lay.speed_limit)), lay.speed_limit)
     return PlannerParams(**params)
 
 

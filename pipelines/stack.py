@@ -46,17 +46,19 @@ def build_fusion_tracking(device: str = "cpu", camera: dict | None = None, fusio
 
 # ---- the road layout from plain config values ----------------------------------------------------
 def road_layout(road: Any) -> "RoadLayout | None":
-    """A ``RoadLayout`` from a YAML mapping ``{lane_width, directions, centers?}`` (centres default to
-    lanes of ``lane_width`` centred on the route, lane 0 the rightmost), a sim ``Road`` or a RoadLayout."""
+    """A ``RoadLayout`` from a YAML mapping ``{lane_width, directions, centers?, speed_limit?}`` (centres
+    default to lanes of ``lane_width`` centred on the route, lane 0 the rightmost; the speed limit in
+    m/s), a sim ``Road`` or a RoadLayout."""
     from pipelines.geometry import RoadLayout
 
     if road is None:
         return None
     if not isinstance(road, Mapping):
         return RoadLayout.like(road)
-    unknown = set(road) - {"lane_width", "centers", "directions"}
+    unknown = set(road) - {"lane_width", "centers", "directions", "speed_limit"}
     if unknown:
-        raise TypeError(f"road: unknown key(s) {sorted(unknown)}; expected lane_width, centers, directions")
+        raise TypeError(f"road: unknown key(s) {sorted(unknown)}; expected lane_width, centers, directions, "
+                        "speed_limit")
     width = float(road.get("lane_width", 3.5))
     dirs = road.get("directions")
     centers = road.get("centers")
@@ -65,13 +67,18 @@ def road_layout(road: Any) -> "RoadLayout | None":
     centers = tuple(float(c) for c in centers) if centers is not None else RoadLayout.uniform(n, width).centers
     if len(centers) != len(dirs):
         raise TypeError(f"road: {len(centers)} lane centres but {len(dirs)} directions")
-    return RoadLayout(width, centers, dirs)
+    limit = road.get("speed_limit")
+    return RoadLayout(width, centers, dirs, float(limit) if limit is not None else None)
 
 
 def road_args(road: Any) -> dict[str, Any]:
     """The YAML mapping of a road layout (a sim ``Road`` or a RoadLayout): what the builders below take."""
     lay = road_layout(road)
-    return {"lane_width": lay.lane_width, "centers": list(lay.centers), "directions": list(lay.directions)}
+    out: dict[str, Any] = {"lane_width": lay.lane_width, "centers": list(lay.centers),
+                           "directions": list(lay.directions)}
+    if lay.speed_limit is not None:
+        out["speed_limit"] = lay.speed_limit
+    return out
 
 
 def build_prediction(device: str = "cpu", road: Mapping[str, Any] | None = None, **params: object) -> "Graph":

@@ -159,7 +159,16 @@ def test_road_layout_from_yaml_and_with_road_patches_the_graphs():
     lay = road_layout({"lane_width": 3.25, "directions": [1, -1]})
     assert lay.centers == (-1.625, 1.625) and lay.directions == (1, -1)
     road = build_scenario("pedestrian_crossing", SEED).road
-    assert road_args(road) == {"lane_width": 3.25, "centers": [-1.625, 1.625], "directions": [1, -1]}
+    assert road_args(road) == {"lane_width": 3.25, "centers": [-1.625, 1.625], "directions": [1, -1],
+                               "speed_limit": 13.9}
+    # The planner's target speed is the road's limit, or a lower one asked for; never above the limit.
+    from pipelines.geometry import RoadLayout
+    from pipelines.planning import _params
+
+    assert _params(RoadLayout(speed_limit=20.0), {}).target_speed == 20.0
+    assert _params(RoadLayout(speed_limit=20.0), {"target_speed": 27.8}).target_speed == 20.0
+    assert _params(RoadLayout(speed_limit=20.0), {"target_speed": 8.0}).target_speed == 8.0
+    assert _params(None, {}).target_speed == 13.9
     with pytest.raises(TypeError):
         road_layout({"lane_width": 3.0, "lanes": 2})
     doc = with_road(load_yaml(CONFIG), road)
@@ -168,6 +177,7 @@ def test_road_layout_from_yaml_and_with_road_patches_the_graphs():
     assert by["planning"]["graph"] == "pipelines.stack:build_planning"
     assert by["planning"]["fallback"] == "pipelines.stack:build_minimal_risk"
     assert by["planning"]["fallback_args"]["road"]["directions"] == [1, -1]
+    assert by["planning"]["args"]["road"]["speed_limit"] == 13.9   # the town's, not the highway's 27.8
     assert "road" not in (load_yaml(CONFIG)["tasks"][4].get("args") or {})  # the file itself is untouched
     parse_stack(doc, "patched")
 

@@ -29,6 +29,7 @@ class Road:
     sidewalk: float = 0.0
     crosswalks: tuple[float, ...] = ()  # s where a 4 m zebra crossing starts
     origin: tuple[float, float, float] = (0.0, 0.0, 0.0)  # x, y, heading of s = 0
+    speed_limit: float = 13.9  # m/s (50 km/h), what a map says of the road; a planner's target speed
     s0: np.ndarray = field(init=False, repr=False)
     x0: np.ndarray = field(init=False, repr=False)
     y0: np.ndarray = field(init=False, repr=False)

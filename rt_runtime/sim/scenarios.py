@@ -97,7 +97,7 @@ def _random_traffic(rng: np.random.Generator, road: Road, lanes: list[int], take
 def highway_cut_in(rng: np.random.Generator) -> Scenario:
     """Three-lane curved highway; a car cuts in close ahead of the ego at t = 4 s."""
     road = Road(((150, 0.0), (300, 1 / 900), (200, 0.0), (400, -1 / 700), (1200, 0.0)),
-                directions=(1, 1, 1), lane_width=3.6, shoulder=2.5)
+                directions=(1, 1, 1), lane_width=3.6, shoulder=2.5, speed_limit=27.8)
     ego = ActorSpec(0, CAR, 60.0, road.lane_center(1), 27.0, v_des=28.0, headway=1.2)
     scripted = [
         ActorSpec(1, CAR, 60.0 + 40.0, road.lane_center(2), 25.0, v_des=25.0,
