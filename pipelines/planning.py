@@ -23,6 +23,9 @@ scored at once:
   ego's corridor, ``v rho + v^2 / 2 tail_decel - v_lead^2 / 2 other_decel + standstill``; its
   squared shortfall is a cost at every step, and a shortfall that grows beyond ``rss_from_s``
   rejects the candidate. tail_decel is the minimal-risk stop's, so the fallback stays safe.
+  Mirrored for whoever follows in the corridor (``v_f rho + v_f^2 / 2 other_decel - v^2 / 2
+  tail_decel + standstill``): a shortfall growing beyond the present one is a cost (``w_rear``),
+  so the plan does not cut in front of a closing car or brake harder than a close follower can.
 * costs: jerk, lane keeping (offset from the nearest lane centre), lane change, clearance
   ``sum max(0, 1 - gap / 3 sigma)^2``, speed tracking towards what the candidate's lane allows (its slowest
   road user ahead: the plan queues behind a slower leader) and, with ``w_lead`` > 0, that lane's
@@ -79,6 +82,7 @@ class PlannerParams:
     clear_sigma: float = 0.5          # m: the clearance cost fades out at 3 sigma
     w_lead: float = 0.0              # > 0: a lane whose leader is slow costs (overtaking); 0: queue
     w_rss: float = 1.0               # following-distance deficit (RSS), squared, per step
+    w_rear: float = 1.0              # a follower's RSS deficit growing beyond now, squared, per step
     rss_from_s: float = 1.0          # from then on a growing deficit rejects the candidate
     rss_response: float = 0.3        # s: reaction time in the safe following distance
     rss_standstill: float = 2.0      # m: gap kept at a standstill
@@ -263,6 +267,15 @@ def _clearance_op(p: PlannerParams, device: str) -> Op:
         # Hard from rss_from_s on, but only where worse than now: what is short already (a cut-in,
         # a standstill close behind) cannot be undone and must not force the fallback.
         unsafe = (short[:, k_rss:] > short[:, :1] + 0.1).flatten(1).any(dim=1)
+        # The same distance for whoever follows in the corridor (mirrored: can it stop if we brake at
+        # tail_decel?), priced where it grows beyond now: no cutting in front of a closing car, no
+        # braking harder than a close follower can. Soft only: the minimal-risk stop brakes too.
+        gap_b = -along - p.ego_length / 2 - half_len.T[None]
+        behind = live & (along < 0) & ((do.T[None] - de).abs() < p.ego_width / 2 + half_wid.T[None] + 0.3)
+        need_b = v_lane.T[None] * p.rss_response + v_lane.T[None] ** 2 / (2 * p.other_decel) \
+            - v ** 2 / (2 * p.tail_decel) + p.rss_standstill
+        short_b = torch.where(behind, (need_b - gap_b).clamp(min=0.0), 0.0)
+        rear = (((short_b - short_b[:, :1]).clamp(min=0.0)) ** 2).sum(dim=(1, 2)) / N
 
         # 3. Speed tracking aims at what the lane a candidate ends in allows: its slowest road user
         # ahead of the ego and within lead_range past the candidate's end (queue behind a slower
@@ -275,7 +288,7 @@ def _clearance_op(p: PlannerParams, device: str) -> Op:
         vc = cand[:, :N, 3]
         speed_cost = p.w_speed * (((vc[:, -1] - v_ref) / vt) ** 2 + (((vc - v_ref[:, None]) / vt) ** 2).mean(dim=1))
         total.copy_(torch.where(collide | unsafe, math.inf, base + speed_cost + p.w_clear * risk
-                                + p.w_lead * ((vt - v_ref) / vt) ** 2 + p.w_rss * rss))
+                                + p.w_lead * ((vt - v_ref) / vt) ** 2 + p.w_rss * rss + p.w_rear * rear))
 
     return Op("clearance", clearance, ins, outs, capturable=not on_cpu, cost_us=4000.0)
 

@@ -101,6 +101,27 @@ def test_overtakes_a_static_obstacle_when_told_to(planner):
         assert jerk(traj[:, 1]).abs().max() <= PlannerParams().max_jerk + 0.5
 
 
+def test_does_not_cut_in_front_of_a_closing_car(planner):
+    """Overtaking a static obstacle, with a car in each neighbouring lane 20 m behind closing at 4 m/s:
+    the follower's safe distance would shrink, so the plan queues instead (without that cost it
+    changes lanes in front of it)."""
+    def run(**params):
+        ex = GraphExecutor(build_planning_graph(target_speed=10.0, w_lead=1.0, **params))
+        s = scene(obstacles=[(95.0, 0.0)])
+        for i, y in ((1, 3.5), (2, -3.5)):
+            s["tracks"][i, [0, 2, 3, 4, 7, 8]] = torch.tensor([i + 1, 30.0, y, 14.0, 4.6, 1.9])
+            s["predictions"][i] = torch.stack((30.0 + 14.0 * DT * torch.arange(1, schema.HORIZON + 1),
+                                               torch.full((schema.HORIZON,), y)), 1)
+        s["confirmed_count"] = ONE(3)
+        out = ex.run(s)
+        return out["trajectory"].clone(), int(out["plan_status"])
+
+    traj, status = run()
+    assert status == 0 and traj[:, 1].abs().max() < 0.05 and traj[-1, 3] < 1.0   # stays, stops behind it
+    careless, status = run(w_rear=0.0)
+    assert status == 0 and abs(float(careless[-1, 1])) > 2.5                     # would have cut in
+
+
 def test_keeps_a_safe_distance_to_a_slower_leader(planner):
     """A leader at 5 m/s 20 m ahead: the plan slows towards its speed instead of running into it."""
     s = scene()
