@@ -155,7 +155,6 @@ def _speed_rate(p: PredictionParams, tracks: torch.Tensor, follow: torch.Tensor,
     return a
 
 
-
 def build_prediction_graph(device: str = "cpu", road: object | None = None, **params: object) -> Graph:
     """Prediction graph: tracks + confirmed_count, route + route_count -> ``predictions``.
 

@@ -10,9 +10,9 @@ by R. The hypotheses propagate the basis odometry to that message's stamp:
 * ``brake``: the same path, decelerating at ``brake`` m/s^2 (the driver brakes);
 * ``accelerate``: the same path at ``+accel`` m/s^2.
 
-Messages are assumed to arrive every ``period`` (the odometry rate) after the basis message,
-``latency`` after their stamp; a late or missing message makes the hypotheses miss, and the
-planner then runs as usual. Obstacle hypotheses (keeps going, brakes, changes lane) would be
+Messages are assumed to come every ``period`` (the odometry rate) after the basis message, with
+stamps that far apart; a late or missing message makes the hypotheses miss, and the planner then
+runs as usual. Obstacle hypotheses (keeps going, brakes, changes lane) would be
 needed only for speculation before the fused tracks are known; this stack speculates after.
 """
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from rt_runtime.bag import BagWriter, open_bag
 from rt_runtime.config.stack import load_stack
@@ -55,3 +56,23 @@ def test_a_clean_recording_stays_nominal(short_bag):  # noqa: F811
     assert result.extra["safety"]["history"] == [] and result.extra["safety"]["state"] == "nominal"
     assert result.stats["planning"]["safety_state"] == 0 and result.deterministic
     assert np.isfinite(result.duration_s)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"planner": "pilot"}, "safety: planner: no task named 'pilot'"),
+    ({"sensors": {"lidar/pointz": "100ms"}}, "safety: sensors: ['lidar/pointz'] are not ingress channels"),
+    ({"sensors": {"ego/odom": 20}}, "sensors.ego/odom: expected a duration with a unit"),
+    ({"silence_critical": 1.0}, "silence_critical (1.0) must be >= silence_factor (1.5)"),
+    ({"hysteresis": {"degraded": 0}}, "hysteresis: expected {degraded: N, minimal_risk: M}"),
+    ({"colour": "red"}, "unknown key(s) ['colour']"),
+])
+def test_bad_safety_keys_name_the_file_and_the_field(change, message):
+    from rt_runtime.config import ConfigError
+    from rt_runtime.config.stack import parse_stack
+    from rt_runtime.config.taskset import load_yaml
+
+    doc = load_yaml(ROOT / "config" / "stack.yaml")
+    doc["safety"] = {**doc["safety"], **change}
+    with pytest.raises(ConfigError) as e:
+        parse_stack(doc, "stack.yaml")
+    assert str(e.value).startswith("stack.yaml: safety") and message in str(e.value), str(e.value)
