@@ -7,13 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 from rt_runtime.bag import BagWriter, open_bag
 from rt_runtime.config.stack import load_stack
 from rt_runtime.replay import replay
 from rt_runtime.sched.events import EventKind
 from rt_runtime.trace.file import load_trace
-from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 LIDAR = "/sensing/lidar/points"
