@@ -152,7 +152,9 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                                 retain_channels=retain_channels)
     ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
     rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
-                 sink=ring, egress=collector.on_publish, threaded=None if not virtual else False,
+                 sink=ring, egress=collector.on_publish,
+                 # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
+                 threaded=False if virtual else (workers > 1 or any(b.speculate is not None for b in bindings)),
                  realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
                  cost=cost if cost is not None or not virtual else cpu_time_cost)
     monitor = SafetyMonitor.from_spec(rt, cfg.safety).install() if cfg.safety is not None else None
