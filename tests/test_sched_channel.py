@@ -124,3 +124,19 @@ def test_reserve_fill_commit_is_invisible_until_commit() -> None:
     ch.unpin(s)
     ch.cancel(ch.fill(ch.reserve(), torch.ones(2)))   # cancelled: back to the free list
     assert sum(x.refs == 0 for x in ch.slots) == len(ch.slots) - 1
+
+
+@pytest.mark.parametrize("policy", ["latest", "queue", "drop_oldest"])
+def test_peek_shows_what_read_would_return_and_consumes_nothing(policy: str) -> None:
+    ch = Channel("/p", policy, depth=2)
+    rid = ch.add_reader("t.x")
+    assert ch.peek(rid) is None
+    for k in range(3):
+        ch.write(k, np.array([k], np.float64))
+    for _ in range(4):   # a read after each peek: the peek saw exactly that slot, and changed nothing
+        unread, reads = ch.unread(rid), ch.readers[rid].reads
+        seen = ch.peek(rid)
+        assert ch.unread(rid) == unread and ch.readers[rid].reads == reads
+        got = ch.read(rid)
+        assert got is seen
+        ch.unpin(got)

@@ -54,7 +54,6 @@ import torch
 
 from ..core.task import TaskError
 from ..exec.executor import GraphExecutor
-from ..sched.channel import ChannelPolicy
 from ..sched.events import REACT_SPEC_HIT, REACT_SPEC_MISS, EventKind
 from ..sched.job import FINISHED
 
@@ -239,11 +238,7 @@ class Speculator:
             if p is not None:
                 t, slot = p
             else:
-                if ch.policy is ChannelPolicy.LATEST:
-                    slot = ch.latest()
-                else:
-                    r = ch.readers[rid]
-                    slot = r.fifo[0] if r.fifo else r.last
+                slot = ch.peek(rid)
                 if slot is None:
                     return None
                 t = slot.t_ns
@@ -312,7 +307,7 @@ class Speculator:
             p = self.primary
             if p.jobs == 0:
                 return None
-            est = cost(ts.name, -1, i, self.ops[i], max(0, p.op_end_ns[i] - p.op_start_ns[i]))
+            est = self.op_cost(cost, max(0, p.op_end_ns[i] - p.op_start_ns[i]))
         if measured:
             est = int(est * self.spec.margin)
         if now + est >= t_next:   # it must end before the next event that can start a job
@@ -362,15 +357,19 @@ class Speculator:
             self.ops_done = 0
             self.k += 1
 
+    def op_cost(self, cost: Any, measured_ns: int) -> int:
+        """The cost model's charge for the next (or running) speculative op, measured at ``measured_ns``."""
+        i = self.ops_done
+        return max(0, int(cost(self.ts.name, -1, i, self.ops[i], measured_ns)))
+
     def step(self, now: int, t_next: int, cost: Any, measured: bool, mono: Callable[[], int]) -> int:
         """Inline driver: run one speculative op if it fits before ``t_next``; its virtual cost, or -1."""
         gen = self.prepare(now, t_next, cost, measured)
         if gen is None:
             return -1
-        i = self.ops_done
         m0 = mono()
         idx, err = self.run_op(gen)
-        dt = max(0, int(cost(self.ts.name, -1, i, self.ops[i], mono() - m0)))
+        dt = self.op_cost(cost, mono() - m0)
         self.settle(idx, err, dt, now + dt, t_next)
         return dt
 

@@ -305,6 +305,13 @@ class Channel:
             return 0 if self._latest is None else max(0, self._latest.seq - r.last_seq)
         return len(r.fifo)
 
+    def peek(self, rid: int) -> Slot | None:
+        """What ``read(rid)`` would return now, without reading it (nothing pinned, nothing counted)."""
+        if self.policy is ChannelPolicy.LATEST:
+            return self._latest
+        r = self.readers[rid]
+        return r.fifo[0] if r.fifo else r.last
+
     def latest(self) -> Slot | None:
         """The newest message (not pinned: valid until the next write)."""
         return self._latest

@@ -108,7 +108,7 @@ class WorkerThread(threading.Thread):
                 gen = sp.prepare(now(), t_next, cost, True)
                 if gen is None:
                     continue
-                i, m0 = sp.ops_done, mono()
+                m0 = mono()
                 w.op_t0, w.spec = now(), sp.ts   # the watchdog thread watches a speculative op for stalls
                 if wd is not None:
                     wd.watch(w.op_t0 + rt.stall_ns(sp.ts))
@@ -121,7 +121,7 @@ class WorkerThread(threading.Thread):
                     if w.stalled:
                         w.stalled = False
                         s.watchdog.unstall(w.index)
-                sp.settle(idx, err, cost(sp.ts.name, -1, i, sp.ops[i], mono() - m0), now(), t_next)
+                sp.settle(idx, err, sp.op_cost(cost, mono() - m0), now(), t_next)
                 return True
             return False
 
