@@ -16,6 +16,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--out-format", choices=("mcap", "sqlite3"), default="mcap", help="output bag storage")
     p.add_argument("--speed", default="max", help="'max' (virtual time, as fast as the CPU allows) or a factor "
                                                  "of real time on the wall clock, e.g. 1 or 0.5")
+    p.add_argument("--timing", choices=("budget", "measured"), default=None,
+                   help="on the virtual clock: 'budget' (default; every op takes its budget, one schedule and one "
+                        "digest on any machine) or 'measured' (ops take the CPU time they used here)")
     p.add_argument("--workers", type=int, help="worker count (default: the config's)")
     p.add_argument("--trace", help="write a trace file for `rt-runtime analyze`")
     p.add_argument("--remap", action="append", default=[], metavar="FROM=TO", help="rename a topic the config uses")
@@ -30,13 +33,18 @@ def result_json(r: Any) -> dict[str, Any]:
     """The documented JSON shape (plus a few extra keys)."""
     doc: dict[str, Any] = {
         "bag": r.bag, "duration_s": round(r.duration_s, 6), "wall_s": round(r.wall_s, 6),
-        "speedup": round(r.speedup, 3), "output_digest": r.output_digest, "deterministic": r.deterministic,
+        "speedup": round(r.speedup, 3), "output_digest": r.output_digest, "timing": r.timing,
+        "deterministic": r.deterministic, "clean": r.clean, "faults": r.faults,
+        "nondeterminism": [{"t_ms": t / 1e6, "why": why} for t, why in r.nondeterminism[:10]],
         "tasks": [{"name": name, "jobs": t.released, "misses": int(r.stats[name].get("missed", 0)),
+                   "errors": int(r.stats[name].get("errors", 0)),
                    "response_ms": {k: round(v, 4) for k, v in t.percentiles_ms().items() if k != "p90"}}
                   for name, t in r.tasks.items()],
         "outputs": r.outputs, "bad_messages": r.bad_messages, "inputs": r.inputs,
         "runtime_share": round(r.runtime_share, 4),
     }
+    if r.hardware is not None:
+        doc["hardware"] = r.hardware
     if r.quality is not None:
         doc["quality"] = r.quality
     if "safety" in r.extra:
@@ -49,12 +57,21 @@ def result_json(r: Any) -> dict[str, Any]:
 
 def print_summary(r: Any, out: Any = sys.stdout) -> None:
     """The human summary: per task jobs, misses and response times; duration, wall time, speed-up."""
-    print(f"{'task':<22} {'jobs':>6} {'misses':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'mode':>9}", file=out)
+    head = {"budget": "logical timeline (budget timing: every op takes its budget)",
+            "measured": "timeline (measured timing: ops take the CPU time they used here)",
+            "wall": "timeline (wall clock)"}.get(r.timing, r.timing)
+    print(head, file=out)
+    print(f"{'task':<22} {'jobs':>6} {'misses':>7} {'errors':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+          f"{'mode':>9}", file=out)
     for name, t in r.tasks.items():
         p = t.percentiles_ms()
         s = r.stats[name]
-        print(f"{name:<22} {t.released:>6} {int(s.get('missed', 0)):>7} {p['p50']:>8.2f} {p['p99']:>8.2f} "
-              f"{p['max']:>8.2f} {s.get('mode', ''):>9}", file=out)
+        print(f"{name:<22} {t.released:>6} {int(s.get('missed', 0)):>7} {int(s.get('errors', 0)):>7} "
+              f"{p['p50']:>8.2f} {p['p99']:>8.2f} {p['max']:>8.2f} {s.get('mode', ''):>9}", file=out)
+    if r.hardware is not None and r.timing != "wall":
+        from ..analysis.hardware import format_hardware
+        for line in format_hardware({**r.hardware, "missed": r.hardware["missed"][:3]}):
+            print(line, file=out)
     print(f"bag {r.bag}: {r.duration_s:.2f} s replayed in {r.wall_s:.2f} s wall "
           f"({r.speedup:.2f}x real time); {r.inputs} sensor messages in, "
           + ", ".join(f"{n} {t}" for t, n in r.outputs.items()) + " out", file=out)
@@ -80,10 +97,32 @@ def print_summary(r: Any, out: Any = sys.stdout) -> None:
                   f"{sp['misses']} misses, {sp['no_hypothesis']} without a finished hypothesis; "
                   f"{sp['latency_saved_ns'] / 1e6:.1f} ms of planning saved, {sp['ops_wasted']} of "
                   f"{sp['spec_ops']} speculative ops wasted", file=out)
-    verdict = "deterministic: no deadline missed, no timing fault" if r.deterministic else \
-        f"NOT deterministic: {r.misses} deadline miss(es), {r.timing_faults} timing fault(s), " \
-        f"{r.inexact_commits} speculative commit(s) within tolerance in all; outputs after the first depend on timing"
-    print(f"output digest {r.output_digest[:16]}…  {verdict}", file=out)
+    print(f"output digest {r.output_digest[:16]}…  {verdict(r)}", file=out)
+
+
+def verdict(r: Any) -> str:
+    """Two separate facts: deterministic (outputs depend only on bag + config) and clean (nothing went wrong)."""
+    if r.deterministic:
+        det = "deterministic (budget timing: outputs depend only on the bag and the config)" \
+            if r.timing == "budget" else "deterministic (no timing fault touched an output)"
+    else:
+        t, why = r.nondeterminism[0] if r.nondeterminism else (0, "timing faults")
+        det = f"NOT deterministic: from {t / 1e6:.1f} ms on, outputs depend on this machine's timing ({why})"
+    faults = r.faults
+    clean = "clean" if not faults else "not clean: " + ", ".join(f"{n} {k}" for k, n in faults.items())
+    if r.inexact_commits:
+        clean += f"; {r.inexact_commits} speculative commit(s) on inputs within tolerance"
+    return f"{det}; {clean}"
+
+
+def _timing(timing: str | None, speed: str | float) -> str:
+    """``--timing`` checked against ``--speed``: it chooses the virtual clock's cost; the wall clock is real."""
+    from ..cli import UsageError
+
+    if timing is not None and speed != "max":
+        raise UsageError(f"--timing {timing}: applies to the virtual clock (--speed max); at --speed {speed} "
+                         "the wall clock's timing is real")
+    return timing or "budget"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         bag = args.bag or default_bag(progress=sys.stderr.isatty())
         result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                         out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
-                        until_s=args.until, quality=quality_from_outputs, speculate=args.speculate)
+                        until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
+                        timing=_timing(args.timing, speed))
     except (ConfigError, ReplayError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     if args.json:

@@ -32,6 +32,7 @@ from ..core.task import Task, TaskError
 from ..core.units import DurationError, parse_duration
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
+from ..sched.budget import check_op_budgets
 from .taskset import ConfigError, load_yaml, parse_taskset
 
 STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
@@ -109,6 +110,27 @@ def _mapping(value: object, source: str, where: str, task: str | None = None) ->
     return dict(value)
 
 
+def _op_budgets(entry: Mapping[str, Any], source: str, task: str) -> dict[str, int]:
+    """A task's ``op_budgets: {op: duration}`` in ns (op names are checked against the graph when it is built)."""
+    raw = entry.get("op_budgets")
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise _fail(source, f"task '{task}': op_budgets", f"expected a mapping of op names to durations, "
+                    f"found {raw!r}", task=task, fld="op_budgets")
+    out = {}
+    for op, value in raw.items():
+        try:
+            ns = parse_duration(value, what=f"op_budgets.{op}")
+        except DurationError as e:
+            raise _fail(source, f"task '{task}'", str(e), task=task, fld="op_budgets") from None
+        if ns <= 0:
+            raise _fail(source, f"task '{task}': op_budgets.{op}", f"must be positive, found {value!r}",
+                        task=task, fld="op_budgets")
+        out[str(op)] = ns
+    return out
+
+
 def parse_remap(items: list[str] | None) -> dict[str, str]:
     """``["/a=/b", ...]`` into ``{"/a": "/b"}``; a malformed item is a ValueError naming it."""
     out: dict[str, str] = {}
@@ -136,6 +158,7 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
                         task=name, fld="graph")
         _mapping(e.get("inputs"), source, f"task '{name}': inputs", name)
         _mapping(e.get("outputs"), source, f"task '{name}': outputs", name)
+        _op_budgets(e, source, name)
 
     channels = []
     for i, c in enumerate(doc.get("channels") or []):
@@ -296,7 +319,9 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
                 outputs=_mapping(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
                 fallback=fallback, on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
-                worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph))
+                worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph),
+                op_budgets=_op_budgets(e, cfg.source, task.name))
+            check_op_budgets(binding, binding.op_budgets)
         except (TaskError, ValueError) as err:
             raise ConfigError(cfg.source, str(err), task=task.name) from None
         bindings.append(binding)

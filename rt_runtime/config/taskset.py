@@ -24,7 +24,7 @@ POSITIVE_KEYS = ("period", "min_interarrival", "wcet", "deadline")
 TASK_KEYS = ("name", *DURATION_KEYS, "priority", "trigger", "criticality")
 RUNTIME_TASK_KEYS = ("graph", "args", "on_miss", "on_overrun", "fallback", "fallback_args", "group",
                      "recover_after", "initial", "redundancy", "speculate", "inputs", "outputs", "worker",
-                     "publish")
+                     "publish", "op_budgets")
 CHAIN_KEYS = ("name", "tasks")
 
 

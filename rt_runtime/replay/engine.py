@@ -11,10 +11,12 @@ Order of one replay step (see docs/CYCLE.md for what the runtime does inside ``r
 4. Diagnostics are published at every multiple of the diagnostics period, after the outputs of
    that instant.
 
-On the ``VirtualClock`` (``--speed max``) time jumps from event to event and ops advance it by
-the CPU time they used, so deadline misses are those this hardware would have, whatever else the
-machine is doing. On the WallClock
-(``--speed X``) messages are fed at X times their recorded pace.
+On the ``VirtualClock`` (``--speed max``) time jumps from event to event. Under budget timing (the
+default) every op takes its budget (``sched.budget``): the schedule, misses and reactions included,
+depends only on the bag and the config, and what each op really took is recorded beside it and
+simulated into the hardware timeline (``analysis.hardware``). Under measured timing ops advance
+time by the CPU time they used: the outputs show what this hardware's overruns would do. On the
+WallClock (``--speed X``) messages are fed at X times their recorded pace; timing is real.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ..analysis.hardware import hardware_report
 from ..analysis.trace_stats import TaskTimes, task_times
 from ..bag import BagError, BagWriter, open_bag
 from ..config.stack import StackConfig, build_bindings
@@ -35,6 +38,7 @@ from ..safety.degrade import STATES
 from ..safety.monitor import SafetyMonitor
 from ..sched import CostModel, Runtime, VirtualClock, WallClock
 from ..sched.binding import cpu_time_cost
+from ..sched.budget import BudgetCost
 from ..trace import TraceColumns, TraceRing, save_trace
 from .feed import decoded_feed, prefetched
 
@@ -46,8 +50,9 @@ LET_COUNTERS = ("released", "published", "missed", "skipped", "aborted", "degrad
                 "dropped_releases", "no_input", "errors", "stalls", "mode", "safety_state")
 
 
-# Counters of jobs whose published output depended on timing (see ReplayResult.deterministic).
-TIMING_FAULTS = ("missed", "skipped", "aborted", "degraded", "stalls", "errors", "dropped_releases")
+# Counters of jobs that did not run as planned: a run with none of them is clean (ReplayResult.clean).
+FAULTS = ("missed", "skipped", "aborted", "degraded", "stalls", "errors", "dropped_releases")
+TIMINGS = ("budget", "measured")
 
 
 class ReplayError(ValueError):
@@ -72,6 +77,11 @@ class ReplayResult:
     out_bag: str | None = None
     trace: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    timing: str = "budget"   # "budget" | "measured" on the virtual clock; "wall" on the wall clock
+    # Outputs depend only on the bag and the config (always so under budget timing); else why not.
+    deterministic: bool = True
+    nondeterminism: list[tuple[int, str]] = field(default_factory=list)
+    hardware: dict[str, Any] | None = None   # analysis.hardware.hardware_report: this machine's timeline
 
     @property
     def speedup(self) -> float:
@@ -84,20 +94,25 @@ class ReplayResult:
         return sum(int(s.get("missed", 0)) for s in self.stats.values())
 
     @property
-    def timing_faults(self) -> int:
-        """Jobs whose outputs timing changed: missed, skipped, aborted, degraded, stalled, failed, dropped."""
-        return sum(int(s.get(k, 0)) for s in self.stats.values() for k in TIMING_FAULTS)
+    def errors(self) -> int:
+        """Jobs ended by an op that raised (a deterministic error, not a timing fault)."""
+        return sum(int(s.get("errors", 0)) for s in self.stats.values())
+
+    @property
+    def faults(self) -> dict[str, int]:
+        """Jobs that did not run as planned, by kind (missed, skipped, aborted, ...), the non-zero ones."""
+        out = {k: sum(int(s.get(k, 0)) for s in self.stats.values()) for k in FAULTS}
+        return {k: v for k, v in out.items() if v}
+
+    @property
+    def clean(self) -> bool:
+        """No miss, no error, no watchdog reaction, no dropped release, no stall."""
+        return not self.faults
 
     @property
     def inexact_commits(self) -> int:
         """Speculative outputs committed for inputs that were within tolerance but not bit-equal."""
         return sum(int(s.get("speculation", {}).get("inexact_hits", 0)) for s in self.stats.values())
-
-    @property
-    def deterministic(self) -> bool:
-        """True when no timing fault touched an output (LET then makes the outputs timing-independent)
-        and no speculative output was committed on inputs that were only within tolerance."""
-        return self.timing_faults == 0 and self.inexact_commits == 0
 
     @property
     def runtime_share(self) -> float:
@@ -110,16 +125,17 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            progress: bool = False, until_s: float | None = None,
            quality: Callable[..., dict[str, Any]] | None = None,
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
-           speculate: bool | None = None) -> ReplayResult:
+           speculate: bool | None = None, timing: str = "budget", hardware: bool = True) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
     ``retain_channels`` (default: the ``channels`` attribute of ``quality``, if any) are channels
     whose publications are kept too, though not egressed, neither written nor hashed; they go to
     ``quality`` as ``channels=`` along with ``cfg=``, and into ``ReplayResult.extra["channels"]``.
-    ``cost``: the runtime's cost model on the virtual clock (default: the CPU time each op's thread
-    used, so other processes on a loaded machine cause no spurious misses);
-    ``zero_cost`` gives the LET outputs of a run without timing faults on any machine, at any load.
+    ``timing`` on the virtual clock: ``"budget"`` (each op takes its budget: one schedule on every
+    machine) or ``"measured"`` (each op takes the CPU time its thread used here); ``cost`` overrides
+    either with any cost model. ``hardware``: record what each op took here and simulate it (the
+    hardware timeline, ``ReplayResult.hardware``).
     ``speculate``: None runs the config's ``speculate:`` keys as they say (``enabled``), True turns them
     all on, False off (speculation runs in slack on the virtual clock or in worker threads).
     """
@@ -137,9 +153,15 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
 
     import torch
 
+    if timing not in TIMINGS:
+        raise ReplayError(f"--timing: expected one of {', '.join(TIMINGS)}, found {timing!r}")
     bindings, initial = build_bindings(cfg, speculate=speculate)
     workers = workers or cfg.workers
     virtual = speed == "max"
+    if not virtual:
+        timing = "wall"
+    elif cost is None:
+        cost = BudgetCost(bindings) if timing == "budget" else cpu_time_cost
     clock = VirtualClock() if virtual else WallClock(rate=float(speed))
     ring = TraceRing(1 << 20)
     parts: list[TraceColumns] = []
@@ -156,7 +178,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                  # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
                  threaded=False if virtual else (workers > 1 or any(b.speculate is not None for b in bindings)),
                  realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
-                 cost=cost if cost is not None or not virtual else cpu_time_cost)
+                 cost=cost)
+    rt.sched.hw = hardware
     monitor = SafetyMonitor.from_spec(rt, cfg.safety).install() if cfg.safety is not None else None
     torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
     for ts in rt.sched.tasks.values():
@@ -239,10 +262,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     cols = TraceColumns.concat(parts, ring.tasks)
     meta = {"ops": {b.name: [o.name for o in b.graph.ops] for b in bindings},
             "fallback_ops": {b.name: [o.name for o in b.fallback.ops] for b in bindings if b.fallback is not None},
-            "clock": "virtual" if virtual else "wall",
+            "clock": "virtual" if virtual else "wall", "timing": timing,
             "config": cfg.source, "bag": str(bag_path), "policy": cfg.policy, "workers": workers,
             "tasks_config": {b.name: {"period_ns": b.task.period_ns, "deadline_ns": b.task.deadline,
                                       "wcet_ns": b.task.wcet_ns, "priority": b.task.priority,
+                                      "rank": rt.sched.tasks[b.name].prio,
                                       "trigger": b.task.trigger} for b in bindings}}
     if trace is not None:
         save_trace(trace, cols, {**meta, "lost_events": ring.lost})
@@ -252,7 +276,9 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                           output_digest=collector.digest.hexdigest(), tasks=times, stats=rt.stats(),
                           outputs=dict(collector.counts), bad_messages=bad, inputs=inputs, exec_s=exec_s,
                           out_bag=str(out) if out is not None else None,
-                          trace=str(trace) if trace is not None else None)
+                          trace=str(trace) if trace is not None else None, timing=timing,
+                          deterministic=rt.deterministic, nondeterminism=rt.nondeterminism,
+                          hardware=hardware_report(cols, meta) if hardware else None)
     if monitor is not None:
         result.extra["safety"] = {**monitor.status(), "history": [
             {"t_s": tr.t_ns / 1e9, "from": STATES[tr.before], "to": STATES[tr.after], "reason": tr.reason}

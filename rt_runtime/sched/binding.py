@@ -52,6 +52,9 @@ class TaskBinding:
     # Speculative execution of the next job on predicted inputs in slack time (on a VirtualClock, or
     # in worker threads): a ``rt_runtime.safety.speculation.Speculate``; None (the default): off.
     speculate: Any = None
+    # Budgets of single ops (op name -> ns) for budget timing (``sched.budget``); the other ops share
+    # the rest of the task's ``wcet``.
+    op_budgets: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         t = self.task
@@ -61,6 +64,7 @@ class TaskBinding:
         object.__setattr__(self, "graph", g)
         object.__setattr__(self, "inputs", dict(self.inputs))
         object.__setattr__(self, "outputs", dict(self.outputs))
+        object.__setattr__(self, "op_budgets", dict(self.op_budgets))
         object.__setattr__(self, "on_miss", Reaction(self.on_miss))
         object.__setattr__(self, "on_overrun", Reaction(self.on_overrun if self.on_overrun is not None
                                                         else self.on_miss))
@@ -120,3 +124,9 @@ def declared_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) 
 def zero_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
     """Execution takes no virtual time: a replay's LET outputs do not depend on it anyway."""
     return 0
+
+
+# Cost models whose time does not depend on this machine: on a VirtualClock the whole schedule, misses
+# and reactions included, is then a function of the inputs and the configuration (``Runtime.logical``).
+declared_cost.logical = True   # type: ignore[attr-defined]
+zero_cost.logical = True       # type: ignore[attr-defined]

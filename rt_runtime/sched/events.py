@@ -23,6 +23,7 @@ ABORT      worker (-1: aborted before it started)      ops done so far
 STALL      worker                                      op index that has not returned
 COMPARE    verdict (``COMPARE_*``; redundant tasks)     copies run
 SAFETY     safety state after it (0/1/2, ``safety``)    reason (``safety.degrade.REASONS``)
+MEASURED   op index (the last of the step)             what the step took on this machine (ns)
 =========  ==========================================  ===================================
 """
 from __future__ import annotations
@@ -52,6 +53,7 @@ class EventKind(IntEnum):
     STALL = 14
     COMPARE = 15  # a redundant job compared (and maybe voted on) its copies' outputs
     SAFETY = 16   # the safety supervisor changed state: nominal / degraded / minimal-risk
+    MEASURED = 17  # budget timing: the CPU time an op really took, at its logical start (hardware timeline)
 
 
 # Reaction codes (``a`` of REACTION).

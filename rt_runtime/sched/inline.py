@@ -16,7 +16,9 @@ from typing import Any
 
 from .binding import cpu_time_cost, measured_cost
 from .dispatch import complete_op, next_job, run_op
+from .events import EventKind
 
+_MEASURED = EventKind.MEASURED
 _INF = 1 << 62
 
 
@@ -31,7 +33,8 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
     now_fn = clock.now
     pop = heapq.heappop
     process = s.process
-    specs = getattr(s, "speculators", ()) if virtual else ()   # on the wall clock: worker threads (threads.py)
+    specs = getattr(s, "speculators", ()) if virtual else ()
+    hw = virtual and s.hw and s.tr   # on the wall clock: worker threads (threads.py)
     while True:
         if s.inbox:
             s.drain_inbox()
@@ -75,6 +78,8 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                     first = job.ops_done
                     idx, done, err = run_op(job)
                     m = mono() - m0
+                    if hw:   # the hardware timeline: what this step took here, beside its logical cost
+                        s.sink.emit(_MEASURED, now, job.ts.name, job.index, idx, m)
                     if measured:
                         dt = m
                     else:

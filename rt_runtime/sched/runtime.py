@@ -108,8 +108,10 @@ class Runtime:
             states.append(ts)
         self._reserve(states, max_active)
 
+        # Budget timing (a machine-independent cost model on a VirtualClock): the schedule is logical.
+        self.logical = bool(virtual and getattr(self.cost, "logical", False))
         self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
-                               egress, max_active)
+                               egress, max_active, logical=self.logical)
         self.sched.watchdog.on_stall = on_stall
         for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
             for ex in ts.executors:

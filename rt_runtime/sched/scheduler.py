@@ -33,7 +33,7 @@ class Scheduler:
     """Task and channel state, and the handling of every timeline event (see the module docstring)."""
 
     def __init__(self, tasks: list[TaskState], channels: dict[str, Channel], policy: Policy,
-                 sink: EventSink, egress: Egress | None, max_active: int) -> None:
+                 sink: EventSink, egress: Egress | None, max_active: int, logical: bool = False) -> None:
         from .watchdog import Watchdog
 
         self.tasks = {ts.name: ts for ts in tasks}
@@ -52,6 +52,10 @@ class Scheduler:
         self.wake: threading.Event | None = None            # set when the timeline gets an earlier entry
         self.wake_at = 1 << 62                               # the instant the timekeeper sleeps until
         self.deterministic = True
+        # Time on a VirtualClock under a machine-independent cost model (budget timing): misses,
+        # reactions and finishes are then part of the logical schedule, the same on every run.
+        self.logical = logical
+        self.hw = False   # record each op's measured time (EventKind.MEASURED) for the hardware timeline
         self.nondeterminism: list[tuple[int, str]] = []
         self.errors: list[tuple[str, int, BaseException]] = []
         self._ingress_seq = 0
@@ -77,7 +81,11 @@ class Scheduler:
             self.sink.emit(kind, t, task, index, a, b)
 
     def mark_nondeterministic(self, t: int, why: str) -> None:
-        """From ``t`` on, outputs may depend on timing; say why (first reason first)."""
+        """From ``t`` on, outputs may depend on timing; say why (first reason first).
+
+        On a logical timeline nothing depends on timing: the event is part of the schedule."""
+        if self.logical:
+            return
         self.deterministic = False
         if len(self.nondeterminism) < 100:
             self.nondeterminism.append((t, why))
