@@ -103,9 +103,10 @@ def test_analyze_agrees_with_the_replay_summary(tmp_path: Path, capsys: pytest.C
     trace = tmp_path / "replay.rttrace"
     cfg = load_stack(STACK)
     # A planning deadline below its execution time, so that there are misses to count and explain
-    # (planning degrades to its fallback graph and recovers, so the chain still has outputs).
+    # (planning degrades to its fallback graph and recovers, so the chain still has outputs). Measured
+    # timing: under budget timing the fallback, which takes the same budget, would miss too.
     cfg.tasks = [dataclasses.replace(t, deadline_ns=2_000_000) if t.name == "planning" else t for t in cfg.tasks]
-    result = replay(tmp_path / "bag", cfg, trace=trace)
+    result = replay(tmp_path / "bag", cfg, trace=trace, timing="measured")
     assert result.misses > 0
     summary = {t["name"]: t for t in result_json(result)["tasks"]}
     assert main(["analyze", str(trace), "--json"]) == 0

@@ -20,6 +20,7 @@ from ..sched.events import EventKind as K  # noqa: N814
 from ..sched.policy import Policy
 from ..trace.ring import TraceColumns
 from .chains import Chain
+from .hardware import hardware_report
 from .trace_causes import Attributor, MissAccount
 from .trace_chains import ChainTimes, chain_times, wiring_chains
 from .trace_jobs import Trace, build, op_name, percentiles_ms
@@ -83,6 +84,7 @@ class TraceReport:
     chain_bounds: dict[str, dict[str, Any]]
     rta: dict[str, Any] | None
     notes: list[str]
+    hardware: dict[str, Any] | None = None   # analysis.hardware: this machine's timeline, when the trace measured it
 
     def to_json(self) -> dict[str, Any]:
         """The documented JSON document (``tasks``, ``misses``) plus ops, chains, rta and trace facts."""
@@ -92,9 +94,10 @@ class TraceReport:
                 "rta": self.rta,
                 "trace": {"events": len(self.trace.cols), "start_ms": self.trace.span_ns[0] / 1e6,
                           "end_ms": self.trace.span_ns[1] / 1e6, "policy": self.policy,
-                          "clock": m.get("clock"), "workers": m.get("workers"), "config": m.get("config"),
+                          "clock": m.get("clock"), "timing": m.get("timing"), "workers": m.get("workers"),
+                          "config": m.get("config"),
                           "bag": m.get("bag"), "lost_events": m.get("lost_events", 0)},
-                "notes": self.notes}
+                "notes": self.notes, **({"hardware": self.hardware} if self.hardware is not None else {})}
 
 
 def _group_stats(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
@@ -255,4 +258,5 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
                          + ", ".join(cut))
         bounds = {c["name"]: {k: c[k] for k in ("let_reaction_ms", "let_data_age_ms", "davare_ms", "note")}
                   for c in rta.get("chains", [])}
-    return TraceReport(tr, pol, stats, op_rows, accounts, chain_res, bounds, rta, notes)
+    hw = hardware_report(cols, meta) if bool((cols.kind == K.MEASURED).any()) else None
+    return TraceReport(tr, pol, stats, op_rows, accounts, chain_res, bounds, rta, notes, hw)

@@ -97,9 +97,14 @@ def format_report(rep: TraceReport, source: str = "", limit: int = 20) -> str:
     m = tr.meta
     head = (f"trace {source}: {len(tr.cols)} events, {tr.span_ns[0] / 1e6:.2f}..{tr.span_ns[1] / 1e6:.2f} ms, "
             f"policy {rep.policy}, {m.get('workers', '?')} worker(s), {m.get('clock', '?')} clock"
+            + (f", {m['timing']} timing" if m.get("timing") else "")
             + (f", config {m['config']}" if m.get("config") else "") + (f", bag {m['bag']}" if m.get("bag") else ""))
     lines = [head, "", *task_table(rep), "", "ops (execution time, ms)", *op_lines(rep), "",
              f"deadline misses ({len(rep.misses)})", *miss_lines(rep, limit), "", "chains", *chain_lines(rep)]
+    if rep.hardware is not None:
+        from .hardware import format_hardware
+        lines += ["", "the logical timeline above takes each op's budget; the hardware timeline beside it:",
+                  *format_hardware({**rep.hardware, "missed": rep.hardware["missed"][:limit]})]
     if rep.rta is not None:
         lines += ["", "schedulability", rep.rta["verdict"]]
     if rep.notes:

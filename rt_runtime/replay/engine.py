@@ -39,6 +39,7 @@ from ..safety.monitor import SafetyMonitor
 from ..sched import CostModel, Runtime, VirtualClock, WallClock
 from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
+from ..sched.events import EventKind
 from ..trace import TraceColumns, TraceRing, save_trace
 from .feed import decoded_feed, prefetched
 
@@ -271,7 +272,10 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     if trace is not None:
         save_trace(trace, cols, {**meta, "lost_events": ring.lost})
     times = task_times(cols)
-    exec_s = sum(float(t.exec_ns.sum()) for t in times.values()) / 1e9
+    measured = cols.kind == EventKind.MEASURED
+    # What the ops really took: under budget timing the trace's execution times are the budgets.
+    exec_s = float(cols.b[measured].sum()) / 1e9 if measured.any() else \
+        sum(float(t.exec_ns.sum()) for t in times.values()) / 1e9
     result = ReplayResult(bag=str(bag_path), duration_s=duration_ns / 1e9, wall_s=wall,
                           output_digest=collector.digest.hexdigest(), tasks=times, stats=rt.stats(),
                           outputs=dict(collector.counts), bad_messages=bad, inputs=inputs, exec_s=exec_s,

@@ -125,8 +125,3 @@ def zero_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> i
     """Execution takes no virtual time: a replay's LET outputs do not depend on it anyway."""
     return 0
 
-
-# Cost models whose time does not depend on this machine: on a VirtualClock the whole schedule, misses
-# and reactions included, is then a function of the inputs and the configuration (``Runtime.logical``).
-declared_cost.logical = True   # type: ignore[attr-defined]
-zero_cost.logical = True       # type: ignore[attr-defined]

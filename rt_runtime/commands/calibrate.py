@@ -1,0 +1,350 @@
+"""`rt-runtime calibrate [BAG]`: budgets from the execution times measured in a replay.
+
+BAG is replayed with measured timing (each op advances virtual time by the CPU time it used here);
+each job's steps are read off the trace (``EventKind.MEASURED``). The copy of the config gets
+``wcet`` = p99 of one run's execution time x margin and ``op_budgets`` = each op's p99 x margin,
+rounded up to 10 us. Only those values change: ruamel.yaml's round-trip positions locate them and
+the original text is edited in place, so comments, quoting and line breaks stay as they were.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import re
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+STEP_NS = 10_000   # budgets are rounded up to 10 us
+MAX_RUNS = 3       # time redundancy runs a graph at most three times per job
+HEADER = "# Calibrated by `rt-runtime calibrate`"
+HEADER_LINES = 4
+
+
+@dataclass
+class Budget:
+    """One task's measurement and the budgets written for it."""
+
+    name: str
+    jobs: int = 0
+    runs: int = 1                         # graph runs per job (time redundancy: 2 or 3)
+    p99_ns: float = 0.0                   # one run
+    op_p99_ns: dict[str, float] = field(default_factory=dict)
+    old: str = ""                         # the config's wcet text (one run)
+    new: str = ""
+    ops: dict[str, str] = field(default_factory=dict)
+    scaled: float | None = None           # factor the op budgets were scaled by to fit the wcet
+    note: str = ""
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
+    """Register the subcommand."""
+    p = sub.add_parser(name, help=help_text, description=help_text + ". Exit 0 when the calibrated "
+                       "config is schedulable, 1 when not, 2 on invalid input.")
+    p.add_argument("bag", nargs="?", help="rosbag2 folder, .mcap or .db3 (default: the built-in scenario)")
+    p.add_argument("--config", help="stack configuration (default: config/stack.yaml)")
+    p.add_argument("--out", help="calibrated copy (default: <config stem>.calibrated.yaml here); never an input")
+    p.add_argument("--margin", default="1.5", help="budget = p99 x margin (default 1.5)")
+    p.add_argument("--trace", help="also keep the replay's trace here (for `rt-runtime analyze`)")
+    p.add_argument("--json", action="store_true", help="print exactly one JSON document")
+    return p
+
+
+def measure(trace: str | Path) -> dict[str, Budget]:
+    """Per task, p99 of one run's execution time and of each primary-graph op, from MEASURED events."""
+    import numpy as np
+
+    from ..sched.events import EventKind as K
+    from ..trace import load_trace
+
+    cols, meta = load_trace(trace)
+    kind, task, job, a, b = (c.tolist() for c in (cols.kind, cols.task, cols.job, cols.a, cols.b))
+    fallback = {(t, j) for k, t, j, v in zip(kind, task, job, b) if k == K.START and v == 1}
+    finished = {(t, j) for k, t, j in zip(kind, task, job) if k == K.FINISH}
+    steps: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for k, t, j, i, ns in zip(kind, task, job, a, b):
+        if k == K.MEASURED and (t, j) in finished and (t, j) not in fallback:
+            steps.setdefault((t, j), []).append((i, ns))
+    per_run: dict[str, list[float]] = {}
+    runs_of: dict[str, list[int]] = {}
+    ops_of: dict[str, list[list[float]]] = {}
+    for (t, _), mine in steps.items():
+        name = cols.tasks[t]
+        n = len(meta["ops"][name])
+        total = mine[-1][0] + 1   # steps of a redundant job count on: copy k's op i is step k * n + i
+        if total % n or not 1 <= total // n <= MAX_RUNS:
+            continue              # a job cut short or one that also ran its fallback: not a clean run
+        per_op = ops_of.setdefault(name, [[] for _ in range(n)])
+        prev = -1
+        for i, ns in mine:        # a step may cover several ops: share its time evenly, as the cost models do
+            for s in range(prev + 1, i + 1):
+                per_op[s % n].append(ns / (i - prev))
+            prev = i
+        per_run.setdefault(name, []).append(sum(ns for _, ns in mine) / (total // n))
+        runs_of.setdefault(name, []).append(total // n)
+    return {name: Budget(name, len(v), max(runs_of[name]), float(np.percentile(v, 99)),
+                         {op: float(np.percentile(s, 99)) for op, s in zip(meta["ops"][name], ops_of[name]) if s})
+            for name, v in per_run.items()}
+
+
+def round_up(ns: float) -> int:
+    """Nanoseconds rounded up to the next 10 us (at least 10 us)."""
+    return max(STEP_NS, math.ceil(round(ns / STEP_NS, 6)) * STEP_NS)
+
+
+def fmt(ns: int) -> str:
+    """A multiple of 10 us as a duration the config parser reads back exactly: "850us", "18.25ms"."""
+    if ns < 1_000_000:
+        return f"{ns // 1000}us"
+    return f"{ns / 1e6:.2f}".rstrip("0").rstrip(".") + "ms"
+
+
+def plan(b: Budget, margin: float) -> None:
+    """Fill in the new wcet and op budgets; op budgets that add up to more than the wcet are scaled to fit."""
+    wcet = round_up(b.p99_ns * margin)
+    b.new = fmt(wcet)
+    ops = {op: round_up(ns * margin) for op, ns in b.op_p99_ns.items()}
+    b.note = f"calibrated: p99 {b.p99_ns / 1e6:.2f} ms" + (" per run" if b.runs > 1 else "") + \
+        f" x {margin:g}, was {b.old}"
+    if sum(ops.values()) > wcet:   # p99s do not add up: the sum of the ops' p99s exceeds the job's
+        f = wcet / sum(ops.values())
+        ops = {op: max(STEP_NS, math.floor(ns * f / STEP_NS) * STEP_NS) for op, ns in ops.items()}
+        b.scaled = round(f, 3)
+        b.note += f"; op budgets scaled by {f:.2f} to fit"
+        if sum(ops.values()) > wcet:
+            ops, b.note = {}, b.note + " (they cannot: left out)"
+    b.ops = {op: fmt(ns) for op, ns in ops.items()}
+
+
+def _scalar_end(line: str, col: int) -> int:
+    """End column of the scalar starting at ``col`` (quoted, or plain up to a comma, brace or comment)."""
+    if line[col] in "\"'":
+        return line.index(line[col], col + 1) + 1
+    m = re.compile(r"[^,}#\r\n]*").match(line, col)
+    return col + len(m.group().rstrip()) if m else col
+
+
+def rewrite(text: str, budgets: dict[str, Budget], header: list[str]) -> str:
+    """The config's text with the tasks' wcet and op_budgets replaced; everything else kept byte for byte."""
+    from ruamel.yaml import YAML
+
+    doc = YAML().load(text)   # round-trip mode: every key and value with its line and column
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for ln in lines:
+        starts.append(starts[-1] + len(ln))
+    edits: list[tuple[int, int, str]] = []   # (start offset, end offset, replacement)
+    tasks = doc["tasks"]
+    named = [(n, e, tasks.lc.key(n)[0]) for n, e in tasks.items()] if isinstance(tasks, dict) else \
+        [(e["name"], e, tasks.lc.item(i)[0]) for i, e in enumerate(tasks)]
+    for name, e, first in named:
+        b = budgets.get(name)
+        if b is None or not b.new:
+            continue
+        if "wcet" not in e.lc.data:
+            raise ValueError(f"task '{name}': wcet comes from a merge key; calibrate edits a task's own wcet only")
+        flow = e.fa.flow_style()
+        vl, vc = e.lc.value("wcet")
+        end = _scalar_end(lines[vl], vc)
+        q = lines[vl][vc] if lines[vl][vc] in "\"'" else ""
+        edits.append((starts[vl] + vc, starts[vl] + end, f"{q}{b.new}{q}"))
+        ops = {**{k: str(v) for k, v in (e.get("op_budgets") or {}).items()}, **b.ops}
+        flow_ops = "{" + ", ".join(f'{k}: "{v}"' for k, v in ops.items()) + "}"
+        if "op_budgets" in e.lc.data and b.ops:
+            kl, kc, ol, oc = e.lc.data["op_budgets"]
+            cur = e["op_budgets"]
+            if cur is None:                      # "op_budgets:" with no value
+                at = starts[kl] + kc + len("op_budgets:")
+                edits.append((at, at, f" {flow_ops}"))
+            elif cur.fa.flow_style():
+                at = starts[ol] + oc
+                edits.append((at, text.index("}", at) + 1, flow_ops))
+            else:                                # block style: rewrite its lines at the same indent
+                last = max(v[2] for v in cur.lc.data.values())
+                pad = " " * cur.lc.data[next(iter(cur))][1]
+                edits.append((starts[ol], starts[last + 1], "".join(f'{pad}{k}: "{v}"\n' for k, v in ops.items())))
+        elif b.ops:
+            if flow:
+                edits.append((starts[vl] + end, starts[vl] + end, f", op_budgets: {flow_ops}"))
+            else:
+                nl = "" if lines[vl].endswith("\n") else "\n"
+                pad = " " * e.lc.key("wcet")[1]
+                edits.append((starts[vl + 1], starts[vl + 1], f"{nl}{pad}op_budgets: {flow_ops}\n"))
+        if flow:   # a comment cannot sit inside a flow mapping: it goes on a line of its own above
+            prev = lines[first - 1].strip() if first > 0 else ""
+            pad = re.match(r"\s*", lines[first]).group()
+            lo = starts[first - 1] if prev.startswith(f"# {name}: calibrated:") else starts[first]
+            edits.append((lo, starts[first], f"{pad}# {name}: {b.note}\n"))
+        else:      # an end-of-line comment on the wcet line; a comment already there follows ours
+            rest = lines[vl][end:].rstrip("\r\n")
+            old = rest.strip().lstrip("#").strip() if rest.strip().startswith("#") else ""
+            if old.startswith("calibrated:"):   # calibrated before: keep only what followed that note
+                old = old.partition(" | ")[2]
+            note = b.note + (f" | {old}" if old else "")
+            edits.append((starts[vl] + end, starts[vl] + len(lines[vl].rstrip("\r\n")), f"   # {note}"))
+    # From the end backwards, so earlier offsets stay valid; at one offset the later edit first, so
+    # inserts there keep the order they were made in.
+    for _, (s, t, new) in sorted(enumerate(edits), key=lambda x: (x[1][0], x[0]), reverse=True):
+        text = text[:s] + new + text[t:]
+    if text.startswith(HEADER):   # a calibrated file calibrated again: replace its header
+        text = "".join(text.splitlines(keepends=True)[HEADER_LINES:])
+    return "".join(f"# {h}\n" for h in header) + text
+
+
+def machine() -> dict[str, Any]:
+    """Host name, CPU model (/proc/cpuinfo) and core count, for the calibrated file's header."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"host": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count()}
+
+
+def _margin(text: str) -> float:
+    from ..cli import UsageError
+
+    try:
+        m = float(text)
+    except ValueError:
+        m = math.nan
+    if not math.isfinite(m) or m <= 0:
+        raise UsageError(f"--margin: expected a positive number such as 1.5, found {text!r}")
+    return m
+
+
+def _refuse_inputs(out: Path, inputs: dict[str, Path], flag: str) -> None:
+    """UsageError unless ``out`` can be written without touching an input (the bag's folder included)."""
+    from ..cli import UsageError
+
+    o = out.resolve()
+    for what, p in inputs.items():
+        r = p.resolve()
+        if o == r or r in o.parents or (o.exists() and r.exists() and os.path.samefile(o, r)):
+            raise UsageError(f"{flag} {out}: that is the {what} ({p}); calibrate never overwrites an input")
+    if o.is_dir() or not o.parent.is_dir():
+        raise UsageError(f"{flag} {out}: " + ("is a directory" if o.is_dir() else f"no such directory {o.parent}"))
+
+
+def _write_atomic(path: Path, text: str, like: Path) -> None:
+    """Write via a temporary file in the same folder and os.replace: readers see the old file or the new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, like.stat().st_mode & 0o777)   # mkstemp's 0600 would hide the config from others
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _check_rewrite(old: str, new: str, budgets: dict[str, Budget]) -> dict[str, Any]:
+    """The new text parsed must equal the old one with exactly the planned values changed (guards ``rewrite``)."""
+    import yaml
+
+    want, got = yaml.safe_load(old), yaml.safe_load(new)
+    tasks = want["tasks"]
+    for name, e in (tasks.items() if isinstance(tasks, dict) else ((e["name"], e) for e in tasks)):
+        b = budgets[name]
+        if b.new:
+            e["wcet"] = b.new
+        if b.ops:
+            e["op_budgets"] = {**(e.get("op_budgets") or {}), **b.ops}
+    if got != want:
+        raise RuntimeError("calibrate: the rewritten config differs from the planned one beyond wcet and op_budgets")
+    return got
+
+
+def run(args: argparse.Namespace) -> int:
+    """Replay, measure, write the calibrated copy, analyse it: 0 schedulable, 1 not."""
+    from ..analysis import analyze_taskset
+    from ..cli import UsageError
+    from ..config import ConfigError, load_taskset
+    from ..config.stack import load_stack, parse_stack
+    from ..core.task import TaskError
+    from ..core.units import parse_duration
+    from ..replay import ReplayError, replay
+    from ..replay.defaults import default_bag, default_config
+    from ..trace import TraceFileError
+    from .check import POLICY_NAMES
+
+    margin = _margin(args.margin)
+    if margin < 1:
+        print(f"rt-runtime calibrate: warning: --margin {margin:g} is below 1: budgets below the measured p99 "
+              "will be overrun", file=sys.stderr)
+    try:
+        config = Path(args.config) if args.config else default_config()
+        cfg = load_stack(config)
+        text = config.read_text(encoding="utf-8")
+        bag = Path(args.bag) if args.bag else default_bag(progress=sys.stderr.isatty())
+    except (ConfigError, OSError) as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.out) if args.out else Path.cwd() / f"{config.stem}.calibrated.yaml"
+    _refuse_inputs(out, {"config": config, "bag": bag}, "--out")
+    if args.trace:
+        _refuse_inputs(Path(args.trace), {"config": config, "bag": bag, "--out file": out}, "--trace")
+    with tempfile.TemporaryDirectory(prefix="rt_calibrate_") as tmp:
+        trace = Path(args.trace) if args.trace else Path(tmp) / "calibrate.rttrace"
+        try:   # speculation off: the budgets are for the mandatory jobs
+            replay(bag, cfg, speed="max", timing="measured", trace=trace, speculate=False,
+                   progress=sys.stderr.isatty() and not args.json)
+            budgets = measure(trace)
+        except (ConfigError, ReplayError, TraceFileError, ValueError, OSError) as e:
+            raise UsageError(str(e)) from None
+    budgets = {name: budgets.get(name) or Budget(name, note="not measured (no complete job in the bag): kept")
+               for name in cfg.entries}   # in the config's order
+    for name, e in cfg.entries.items():
+        b = budgets[name]
+        b.old = str(e["wcet"])
+        if b.jobs:
+            plan(b, margin)
+    host = machine()
+    command = " ".join(["rt-runtime calibrate", str(bag), "--config", str(config), "--margin", f"{margin:g}",
+                        "--out", str(out)])
+    header = [f"{HEADER[2:]} on {host['host']} ({host['cpu']}, {host['cores']} cores), "
+              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: wcet = p99 of",
+              f"each task's measured execution time x {margin:g}, op_budgets = each op's p99 x {margin:g}.",
+              f"bag: {bag}", f"command: {command}"]
+    header = [h.replace("\n", " ") for h in header]   # a newline in a path would end the comment
+    try:
+        new_text = rewrite(text, budgets, header)
+        parse_stack(_check_rewrite(text, new_text, budgets), str(out))
+        _write_atomic(out, new_text, config)
+        policy, tasks, chains = load_taskset(out)
+        report = analyze_taskset(tasks, policy, chains)
+    except (ConfigError, TaskError, ValueError, OSError) as e:
+        raise UsageError(str(e)) from None
+    how = f"{policy} ({POLICY_NAMES[policy]}), utilization {report.utilization:.3f}"
+    missed = [t.name for t in report.tasks if not t.schedulable]
+    verdict = f"fits: schedulable under {how}" if report.schedulable else \
+        f"does not fit: not schedulable under {how}; can miss: {', '.join(missed)}"
+    ms = lambda ns: round(ns / 1e6, 4)  # noqa: E731
+    if args.json:
+        print(json.dumps({
+            "config": str(config), "bag": str(bag), "out": str(out), "margin": margin, "machine": host,
+            "policy": policy, "schedulable": report.schedulable, "verdict": verdict,
+            "tasks": [{"name": b.name, "jobs": b.jobs, "runs": b.runs, "p99_ms": ms(b.p99_ns),
+                       "old_wcet_ms": ms(parse_duration(b.old)), "new_wcet_ms": ms(parse_duration(b.new or b.old)),
+                       "op_p99_ms": {k: ms(v) for k, v in b.op_p99_ns.items()},
+                       "op_budgets_ms": {k: ms(parse_duration(v)) for k, v in b.ops.items()},
+                       "op_budgets_scaled": b.scaled, "note": b.note} for b in budgets.values()]}))
+        return 0 if report.schedulable else 1
+    print(f"measured on {host['host']} ({host['cpu']}, {host['cores']} cores): {bag}, margin {margin:g}")
+    print(f"{'task':<22} {'jobs':>5} {'p99 ms':>8} {'old wcet':>9} {'new wcet':>9}  op budgets")
+    for b in budgets.values():
+        ops = ", ".join(f"{k} {v}" for k, v in b.ops.items()) + (f" (scaled x{b.scaled:g})" if b.scaled else "")
+        print(f"{b.name:<22} {b.jobs:>5} {b.p99_ns / 1e6:>8.2f} {b.old:>9} {b.new or '(kept)':>9}  {ops or b.note}")
+    print(f"wrote {out}")
+    print(verdict)
+    return 0 if report.schedulable else 1
