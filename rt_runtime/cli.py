@@ -17,7 +17,7 @@ COMMANDS = {
     "check": "schedulability analysis of a configuration (exit 0 schedulable, 1 not, 2 invalid)",
     "sim": "simulate a driving scenario and record its sensors and ground truth as a rosbag2 bag",
     "analyze": "analyse a trace: deadline misses and their causes, response times, chains, observed schedulability",
-    "calibrate": "replay a bag with measured timing and write a copy of the config with budgets from the p99 times",
+    "calibrate": "measure execution times in a replay and write a copy of the config with budgets from their p99",
     "run": "run the stack as a live ROS 2 node: sensor topics in, trajectory, objects and diagnostics out",
     "play": "publish a bag's messages on their ROS 2 topics with their timing (and /clock), like `ros2 bag play`",
     "faults": "fault-injection campaign over the built-in scenario: detected, recovered, wrong outputs, crashes",

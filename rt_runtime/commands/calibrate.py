@@ -9,6 +9,7 @@ the original text is edited in place, so comments, quoting and line breaks stay 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -133,9 +134,12 @@ def _scalar_end(line: str, col: int) -> int:
 
 def rewrite(text: str, budgets: dict[str, Budget], header: list[str]) -> str:
     """The config's text with the tasks' wcet and op_budgets replaced; everything else kept byte for byte."""
-    from ruamel.yaml import YAML
+    from ruamel.yaml import YAML, YAMLError
 
-    doc = YAML().load(text)   # round-trip mode: every key and value with its line and column
+    try:
+        doc = YAML().load(text)   # round-trip mode: every key and value with its line and column
+    except YAMLError as e:
+        raise ValueError(f"ruamel.yaml cannot read the config: {str(e).splitlines()[0]}") from None
     lines = text.splitlines(keepends=True)
     starts = [0]
     for ln in lines:
@@ -201,24 +205,9 @@ def rewrite(text: str, budgets: dict[str, Budget], header: list[str]) -> str:
 def machine() -> dict[str, Any]:
     """Host name, CPU model (/proc/cpuinfo) and core count, for the calibrated file's header."""
     cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     return {"host": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count()}
-
-
-def _margin(text: str) -> float:
-    from ..cli import UsageError
-
-    try:
-        m = float(text)
-    except ValueError:
-        m = math.nan
-    if not math.isfinite(m) or m <= 0:
-        raise UsageError(f"--margin: expected a positive number such as 1.5, found {text!r}")
-    return m
 
 
 def _refuse_inputs(out: Path, inputs: dict[str, Path], flag: str) -> None:
@@ -229,7 +218,7 @@ def _refuse_inputs(out: Path, inputs: dict[str, Path], flag: str) -> None:
     for what, p in inputs.items():
         r = p.resolve()
         if o == r or r in o.parents or (o.exists() and r.exists() and os.path.samefile(o, r)):
-            raise UsageError(f"{flag} {out}: that is the {what} ({p}); calibrate never overwrites an input")
+            raise UsageError(f"{flag} {out}: that is the {what} ({p}); calibrate does not write over it")
     if o.is_dir() or not o.parent.is_dir():
         raise UsageError(f"{flag} {out}: " + ("is a directory" if o.is_dir() else f"no such directory {o.parent}"))
 
@@ -279,7 +268,12 @@ def run(args: argparse.Namespace) -> int:
     from ..trace import TraceFileError
     from .check import POLICY_NAMES
 
-    margin = _margin(args.margin)
+    try:
+        margin = float(args.margin)
+    except ValueError:
+        margin = math.nan
+    if not math.isfinite(margin) or margin <= 0:
+        raise UsageError(f"--margin: expected a positive number such as 1.5, found {args.margin!r}")
     if margin < 1:
         print(f"rt-runtime calibrate: warning: --margin {margin:g} is below 1: budgets below the measured p99 "
               "will be overrun", file=sys.stderr)
@@ -310,12 +304,10 @@ def run(args: argparse.Namespace) -> int:
         if b.jobs:
             plan(b, margin)
     host = machine()
-    command = " ".join(["rt-runtime calibrate", str(bag), "--config", str(config), "--margin", f"{margin:g}",
-                        "--out", str(out)])
     header = [f"{HEADER[2:]} on {host['host']} ({host['cpu']}, {host['cores']} cores), "
               f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: wcet = p99 of",
               f"each task's measured execution time x {margin:g}, op_budgets = each op's p99 x {margin:g}.",
-              f"bag: {bag}", f"command: {command}"]
+              f"bag: {bag}", f"command: rt-runtime calibrate {bag} --config {config} --margin {margin:g} --out {out}"]
     header = [h.replace("\n", " ") for h in header]   # a newline in a path would end the comment
     try:
         new_text = rewrite(text, budgets, header)
