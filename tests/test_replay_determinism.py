@@ -73,9 +73,11 @@ def roomy_config(tmp_path_factory) -> Path:
 def reference(short_bag, tight_config, tmp_path_factory):  # noqa: F811
     """Replay A through the command line: its JSON document and its output bag."""
     out = tmp_path_factory.mktemp("replay") / "A"
-    proc = run_cli("replay", str(short_bag), "--config", str(tight_config), "--out", str(out), "--json")
+    proc = run_cli("replay", str(short_bag), "--config", str(tight_config), "--out", str(out), "--json",
+                   "--trace", str(out.parent / "A.rttrace"))
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)  # exactly one JSON document
+    doc["trace_path"] = str(out.parent / "A.rttrace")
     return doc, messages(out)
 
 
@@ -100,6 +102,16 @@ def test_the_hardware_timeline_names_the_starved_task(reference):
     assert lidar["overruns"] >= jobs - 1   # every job that had a point cloud to read
     assert lidar["exec_ms"]["p50"] > 0.5 and doc["hardware"]["overruns"] >= lidar["overruns"]
     assert lidar["response_ms"]["p50"] >= lidar["exec_ms"]["p50"]
+
+
+def test_analyze_reports_both_timelines(reference):
+    doc, _ = reference
+    proc = run_cli("analyze", doc["trace_path"], "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["trace"]["timing"] == "budget" and rep["hardware"] == doc["hardware"]
+    text = run_cli("analyze", doc["trace_path"]).stdout
+    assert "budget timing" in text and "hardware timeline" in text and STARVED in text
 
 
 @pytest.mark.parametrize("workers, hog", [(1, False), (1, True), (2, False), (2, True)],

@@ -17,6 +17,7 @@ on the wall clock, where the real timeline is the only one) the report is read o
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -144,12 +145,13 @@ def _ms(values: list[int] | np.ndarray) -> dict[str, float]:
     return {"p50": round(float(p50) / 1e6, 4), "p99": round(float(p99) / 1e6, 4), "max": round(float(v.max()) / 1e6, 4)}
 
 
-def hardware_report(cols: TraceColumns, meta: Mapping[str, Any], worst: int = 10) -> dict[str, Any]:
+def hardware_report(cols: TraceColumns, meta: Mapping[str, Any], worst: int = 10,
+                    jobs: list[HwJob] | None = None) -> dict[str, Any]:
     """``{"source", "overruns", "misses", "tasks": [...], "missed": [worst misses]}`` (see the module docstring).
 
     ``source`` is ``"simulated"`` (measured step times on the logical releases) or ``"real"`` (the
     trace's own timeline, e.g. on the wall clock)."""
-    jobs = measured_jobs(cols, meta)
+    jobs = measured_jobs(cols, meta) if jobs is None else [dataclasses.replace(h, ops=list(h.ops)) for h in jobs]
     if not jobs:
         return _real_report(cols, meta)
     simulate(jobs)

@@ -20,7 +20,7 @@ from ..sched.events import EventKind as K  # noqa: N814
 from ..sched.policy import Policy
 from ..trace.ring import TraceColumns
 from .chains import Chain
-from .hardware import hardware_report
+from .hardware import hardware_report, measured_jobs
 from .trace_causes import Attributor, MissAccount
 from .trace_chains import ChainTimes, chain_times, wiring_chains
 from .trace_jobs import Trace, build, op_name, percentiles_ms
@@ -242,6 +242,7 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
                 key = "+".join(a.cause)
                 s.causes[key] = s.causes.get(key, 0) + 1
 
+    hw_jobs = measured_jobs(cols, meta)
     chain_list = [(c.name, c.tasks) for c in chains] if chains else wiring_chains(wiring or {})
     chain_res = [chain_times(tr, n, ts) for n, ts in chain_list if all(t in tr.tasks for t in ts)]
     rta = None
@@ -249,6 +250,11 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
     if taskset and pol != "unknown":
         exec_max = {s.name: int(max(s.exec_ns.max(initial=0), j.exec_ns[j.rows_of(tr.task_id(s.name))].max(
             initial=0))) if s.name in tr.cols.tasks else 0 for s in stats}
+        if hw_jobs:   # budget timing: the trace's execution times are the budgets; what ran here was measured
+            exec_max, longest = {}, {}
+            for h in hw_jobs:
+                exec_max[h.task] = max(exec_max.get(h.task, 0), h.exec_ns)
+                longest[h.task] = max(longest.get(h.task, 0), max(h.ops))
         names = {t.name for t in taskset}
         rchains = [Chain(n, tuple(ts)) for n, ts in chain_list if all(t in names for t in ts)]
         rta = observed_rta(taskset, exec_max, longest, pol, rchains)
@@ -258,5 +264,5 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
                          + ", ".join(cut))
         bounds = {c["name"]: {k: c[k] for k in ("let_reaction_ms", "let_data_age_ms", "davare_ms", "note")}
                   for c in rta.get("chains", [])}
-    hw = hardware_report(cols, meta) if bool((cols.kind == K.MEASURED).any()) else None
+    hw = hardware_report(cols, meta, jobs=hw_jobs) if hw_jobs else None
     return TraceReport(tr, pol, stats, op_rows, accounts, chain_res, bounds, rta, notes, hw)
