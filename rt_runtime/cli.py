@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import Callable
 
 # name -> one-line help. Order is the order `--help` lists them.
 COMMANDS = {
@@ -24,13 +26,22 @@ COMMANDS = {
 }
 
 
+# Signals: these commands poll a flag between messages and keep what they wrote, closed and marked
+# partial (exit 130 on SIGINT, 143 on SIGTERM); those stop at once, SIGTERM raising like SIGINT, and
+# remove their unfinished outputs. Other commands keep Python's (or their own) handling.
+POLLING = {"replay", "sim", "demo"}
+STAGING = {"analyze", "calibrate"}
+
+
 class UsageError(Exception):
     """Invalid input from the user: printed as one line, exit status 2, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    from .commands.args import OneLineParser   # errors in one line naming the flag, exit 2 (subparsers inherit it)
+
+    parser = OneLineParser(
         prog="rt-runtime",
         description="Deterministic real-time runtime for perception, fusion and planning graphs.",
     )
@@ -45,17 +56,71 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rt-runtime` console script."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:   # --help (0), or a bad flag: one line printed, status 2 (commands/args.py)
+        return e.code if isinstance(e.code, int) else 2
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2
+    restore = _signals(args.command)
     try:
-        return int(args._module.run(args) or 0)
+        status = int(args._module.run(args) or 0)
+        sys.stdout.flush()   # a reader that went away (`| head`) shows here, inside the handler below
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
     except UsageError as e:
         print(f"rt-runtime {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as e:   # SIGINT, or outpaths.Interrupted (SIGTERM, a second signal)
+        name = getattr(e, "signal", "SIGINT")
+        done = "; unfinished outputs were removed" if args.command in POLLING | STAGING else ""
+        print(f"rt-runtime {args.command}: interrupted by {name}{done}", file=sys.stderr)
+        return 143 if name == "SIGTERM" else 130
+    finally:
+        restore()
+
+
+def _stdout_closed() -> int:
+    """Exit quietly when stdout's reader has gone (``rt-runtime check FILE | head``): status 141.
+
+    141 is 128 + SIGPIPE, what a shell reports for ``cat`` or ``grep`` ended by a closed pipe; no
+    traceback and no "Exception ignored" at exit: the rest of the output goes to /dev/null. A
+    BrokenPipeError that is not stdout's (a worker process's pipe) is re-raised.
+    """
+    if not _stdout_is_broken():
+        raise   # noqa: PLE0704 - called only from the BrokenPipeError handler in main
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
+
+
+def _stdout_is_broken() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports an error on it)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):   # no poll (Windows), or stdout replaced in-process
+        return False
+
+
+def _signals(command: str) -> Callable[[], None]:
+    """Install the command's signal handling (see POLLING, STAGING); returns what puts it back."""
+    if command not in POLLING | STAGING:
+        return lambda: None
+    from .outpaths import INTERRUPT, raise_on_sigterm
+
+    if command in POLLING:
+        INTERRUPT.install()
+        return INTERRUPT.restore
+    return raise_on_sigterm()
 
 
 if __name__ == "__main__":

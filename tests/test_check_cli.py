@@ -178,12 +178,14 @@ def test_run_directly_returns_2_with_message(tmp_path, capsys):
 
 
 def test_full_config_keys_and_task_mapping(tmp_path, capsys):
-    # A full config carries graphs, channels and runtime-only task keys: check ignores them. Tasks may
-    # also be a mapping from name to fields. Arbitrary deadlines are fine under fixed priorities.
+    # A full config carries channels, devices and runtime-only task keys: check ignores them (an unknown
+    # top-level key it refuses, as replay does). Tasks may also be a mapping from name to fields.
+    # Arbitrary deadlines are fine under fixed priorities.
     path = tmp_path / "full.yaml"
     path.write_text(
         "policy: dm\n"
-        "graphs: {detector: {ops: []}}\n"
+        "description: a full config\n"
+        "device: cpu\n"
         "channels: [/objects]\n"
         "tasks:\n"
         "  detector: {period: 10ms, wcet: 4ms, deadline: 15ms, graph: detector, on_miss: skip,\n"

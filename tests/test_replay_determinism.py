@@ -50,12 +50,13 @@ def write_config(path: Path, edit) -> Path:
 
 @pytest.fixture(scope="module")
 def tight_config(tmp_path_factory) -> Path:
-    """The reference stack under the default reactions (no on_overrun keys: an overrun skips the output),
-    with lidar_objects' budget at 50 us (its ops take milliseconds on any machine)."""
+    """The reference stack with lidar_objects' budget at 50 us (its ops take milliseconds on any machine)
+    and told to skip its output when it overruns (the others: the default reactions)."""
     def edit(task: dict) -> None:
         task.pop("on_overrun", None)
         if task["name"] == STARVED:
             task["wcet"] = "50us"
+            task["on_overrun"] = "skip"
             task.pop("op_budgets", None)
     return write_config(tmp_path_factory.mktemp("config") / "stack_tight.yaml", edit)
 
@@ -110,6 +111,9 @@ def test_analyze_reports_both_timelines(reference):
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["trace"]["timing"] == "budget" and rep["hardware"] == doc["hardware"]
+    # LiDAR -> trajectory as one 90 ms chain (config/stack.yaml): 295 ms of data age hop by hop before.
+    chain = next(c for c in rep["chains"] if c["name"] == "lidar_to_plan")
+    assert chain["outputs"] >= 20 and chain["data_age_ms"]["p99"] == chain["data_age_ms"]["max"] == 90.0
     text = run_cli("analyze", doc["trace_path"]).stdout
     assert "budget timing" in text and "hardware timeline" in text and STARVED in text
 
@@ -163,6 +167,8 @@ def test_wall_clock_replays_equal_the_virtual_one(roomy_reference, short_bag, ro
 def tight_planning(tmp_path: Path) -> Path:
     text, n = re.subn(r'(- name: planning\n    period: "100ms"\n    deadline: )"100ms"', r'\1"1ms"', CONFIG.read_text())
     assert n == 1, "config/stack.yaml's planning task changed shape; update this test"
+    text, n = re.subn(r'(tasks: \[lidar_objects, fusion_tracking, prediction, planning\]), deadline: "90ms"', r"\1", text)
+    assert n == 1, "config/stack.yaml's chain changed shape; update this test"   # planning on its own deadline
     cfg = tmp_path / "tight.yaml"
     cfg.write_text(text)
     return cfg

@@ -33,15 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from ..core.chain import Chain
 from ..core.task import Task
 
-
-@dataclass(frozen=True)
-class Chain:
-    """A cause-effect chain: task names in data-flow order."""
-
-    name: str
-    tasks: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -93,6 +87,8 @@ def chain_bounds(chain: Chain, tasks: Mapping[str, Task], response_ns: Mapping[s
                  schedulable: Mapping[str, bool]) -> ChainBounds:
     """All three bounds of one chain, given each task's response time and verdict."""
     members = [tasks[n] for n in chain.tasks]
+    if chain.deadline_ns is not None:
+        return _runtime_chain_bounds(chain, members, schedulable)
     late_triggered = [t.name for t in members[1:] if t.is_triggered]
     if late_triggered:
         return ChainBounds(chain.name, chain.tasks, None, None, None,
@@ -108,3 +104,16 @@ def chain_bounds(chain: Chain, tasks: Mapping[str, Task], response_ns: Mapping[s
         f"data age: task '{members[0].name}' is event-triggered, so its output can stay current indefinitely"
     return ChainBounds(chain.name, chain.tasks, davare_bound(members, responses),  # type: ignore[arg-type]
                        let_reaction_time(members), age, note)
+
+
+def _runtime_chain_bounds(chain: Chain, members: Sequence[Task], schedulable: Mapping[str, bool]) -> ChainBounds:
+    """A chain run as one LET interval (``core.chain``): its outputs appear exactly its deadline after the
+    head's release, so the data age is the deadline and the reaction adds the head's sampling wait."""
+    missing = [t.name for t in members if not schedulable.get(t.name, False)]
+    if missing:
+        return ChainBounds(chain.name, chain.tasks, None, None, None,
+                           f"task '{missing[0]}' may miss its share of the chain's deadline, so no bound holds")
+    d = int(chain.deadline_ns)   # type: ignore[arg-type]
+    head = members[0]
+    return ChainBounds(chain.name, chain.tasks, None, (0 if head.is_triggered else head.period_ns) + d, d,
+                       f"run as one LET interval of {d / 1e6:g} ms (chain-LET)")

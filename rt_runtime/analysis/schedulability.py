@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..core.chain import apply_chains
 from ..core.task import Task, TaskError
 from . import bounds
 from .chains import Chain, ChainBounds, chain_bounds
@@ -108,9 +109,11 @@ def _validate_chains(tasks: Sequence[Task], chains: Sequence[Chain]) -> None:
 
 def analyze_taskset(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = ()) -> SchedulabilityReport:
     """Analyse ``tasks`` under ``policy`` (rm, dm, fp or edf); raise ValueError/TaskError on input it cannot take."""
-    tasks = list(tasks)
+    _validate_chains(list(tasks), chains)
+    # Members of a chain run as one LET interval are analysed with their share of its deadline
+    # (the head's period, release jitter = the shares before them): core/chain.py.
+    tasks = apply_chains(tasks, chains, policy)
     validate_for_policy(tasks, policy)
-    _validate_chains(tasks, chains)
     if not tasks:
         return SchedulabilityReport(policy, 0.0, True, (), notes=("no tasks",))
     u = bounds.utilization(tasks)

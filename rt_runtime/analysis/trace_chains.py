@@ -6,13 +6,15 @@ they stood at its release, so for each published output of τn the immediate bac
 found by walking back, hop by hop, to the latest job of the upstream task published at or before
 the current job's release (a publish at an instant is visible to a release at that instant). The
 first task's release is when the sensor data was read (its message's stamp, when the task is
-triggered by that message).
+triggered by that message). A member of a run-time chain (``CHAIN`` events) read its predecessor's
+job of the same instance, before that job published: the walk follows the event instead.
 
 * data age, per output of τn: its publish instant minus the first task's release (Dürr et al.'s
   data age; the LET bound is ``sum(T_i + D_i) - T_n``);
 * latency, per sample read by τ1: from that read to the *first* output built from it;
 * reaction, per sample: the latency plus the time since τ1's previous read (an event that just
-  missed the previous read waits that long: Dürr et al.'s reaction time, bound ``sum(T_i + D_i)``).
+  missed the previous read waits that long: Dürr et al.'s reaction time, bound ``sum(T_i + D_i)``);
+  for an event-triggered τ1 (released by the message itself) the latency.
 """
 from __future__ import annotations
 
@@ -77,12 +79,20 @@ def chain_times(tr: Trace, name: str, tasks: Sequence[str]) -> ChainTimes:
     cur_r = rj_last[0]
     jobs = [rj_last[1]]
     ok = np.ones(len(cur_r), bool)
-    for up in reversed(tasks[:-1]):
+    for k in range(len(tasks) - 1, 0, -1):
+        up = tasks[k - 1]
         t_up, rj_up = _publishes(tr, up)
         if len(t_up) == 0:
             z = np.zeros(0, np.int64)
             return ChainTimes(name, tasks, z, z, z, [], f"task '{up}' published nothing")
         idx = np.searchsorted(t_up, cur_r, "right") - 1   # latest publish at or before the release
+        pred = _chain_predecessors(tr, tasks[k])
+        if pred:   # a run-time chain member read its predecessor's job of the same instance, not its publish
+            by_job = {int(j): i for i, j in enumerate(rj_up[1].tolist())}
+            for i, j in enumerate(jobs[-1].tolist()):
+                p = by_job.get(pred.get(int(j), -1))
+                if p is not None:
+                    idx[i] = p
         ok &= idx >= 0
         idx = np.maximum(idx, 0)
         cur_r = rj_up[0][idx]
@@ -94,10 +104,32 @@ def chain_times(tr: Trace, name: str, tasks: Sequence[str]) -> ChainTimes:
     # samples they are built from never go back in time, so the first occurrence is the earliest.
     samples, first = np.unique(first_r, return_index=True)
     latency = age[first]
+    # An event-triggered first task is released by the very message that starts the chain: no
+    # sampling wait (as the analytic bound has it); a periodic one may just have missed it.
     prev = _previous_release(tr, tasks[0], samples)
+    if _triggered(tr, tasks[0]):
+        prev = np.full(len(samples), -1, np.int64)
     reaction = np.where(prev >= 0, latency + (samples - prev), latency)
     worst = int(np.argmax(age)) if len(age) else -1
     return ChainTimes(name, tasks, age, latency, reaction, [int(jb[worst]) for jb in jobs] if worst >= 0 else [])
+
+
+def _triggered(tr: Trace, name: str) -> bool:
+    """True when the task's releases were caused by messages (RELEASE events with b = 1)."""
+    cols = tr.cols
+    if name not in cols.tasks:
+        return False
+    m = (cols.kind == K.RELEASE) & (cols.task == cols.tasks.index(name))
+    return bool(m.any()) and bool((cols.b[m] == 1).all())
+
+
+def _chain_predecessors(tr: Trace, name: str) -> dict[int, int]:
+    """Job index -> its chain predecessor's job index, for a task released by its predecessor (CHAIN events)."""
+    cols = tr.cols
+    if name not in cols.tasks:
+        return {}
+    m = (cols.kind == K.CHAIN) & (cols.task == cols.tasks.index(name))
+    return dict(zip(cols.job[m].tolist(), cols.a[m].tolist()))
 
 
 def _previous_release(tr: Trace, name: str, releases: np.ndarray) -> np.ndarray:

@@ -256,7 +256,8 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
                 exec_max[h.task] = max(exec_max.get(h.task, 0), h.exec_ns)
                 longest[h.task] = max(longest.get(h.task, 0), max(h.ops))
         names = {t.name for t in taskset}
-        rchains = [Chain(n, tuple(ts)) for n, ts in chain_list if all(t in names for t in ts)]
+        deadlines = {c.name: c.deadline_ns for c in chains or ()}
+        rchains = [Chain(n, tuple(ts), deadlines.get(n)) for n, ts in chain_list if all(t in names for t in ts)]
         rta = observed_rta(taskset, exec_max, longest, pol, rchains)
         cut = [f"{s.name} ({s.aborted})" for s in stats if s.aborted]
         if cut:

@@ -57,6 +57,50 @@ def _storage_files(path: Path) -> tuple[Path, list[Path]]:
                    f"found {len(files)} storage files")
 
 
+def _one_line(text: str, limit: int = 240) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _about_metadata(error: ReaderError) -> bool:
+    """Whether rosbags refused the bag for its metadata.yaml (not for its storage files)."""
+    text = str(error).lower()
+    return "metadata" in text or "yaml" in text
+
+
+def _metadata_problem(path: Path) -> str | None:
+    """What makes a bag's metadata.yaml unusable before rosbags reads it: too big, not text, aliases
+    that expand it without bound. None: leave the rest to rosbags (it names a syntax error itself)."""
+    meta = path / "metadata.yaml"
+    if not path.is_dir() or not meta.is_file():
+        return None
+    from ..config.taskset import ConfigError, parse_yaml_text, read_text_limited
+
+    try:
+        text = read_text_limited(meta, "a rosbag2 metadata.yaml")
+    except ConfigError as e:
+        return str(e).split(": ", 1)[1]
+    if "*" not in text and "<<" not in text:
+        return None   # no aliases: nothing to expand
+    try:
+        parse_yaml_text(text, "metadata.yaml")
+    except ConfigError as e:
+        why = str(e).split(": ", 1)[1]
+        return why if "alias" in why or "nested" in why else None
+    return None
+
+
+def _metadata_syntax(path: Path) -> str | None:
+    """The line and what is wrong when metadata.yaml is not YAML (rosbags' own message spans lines)."""
+    from ..config.taskset import ConfigError, parse_yaml_text, read_text_limited
+
+    try:
+        parse_yaml_text(read_text_limited(path / "metadata.yaml"), "metadata.yaml")
+    except ConfigError as e:
+        return str(e).split(": ", 1)[1]
+    return None
+
+
 class BagReader:
     """An open bag: topic table, time range, ordered raw messages and decoding."""
 
@@ -67,17 +111,25 @@ class BagReader:
         self.storage = STORAGE_SUFFIXES.get(self.files[0].suffix, "") if self.files else ""
         self.store: Typestore = new_typestore()
         self.truncated: str | None = None
+        self.metadata_problem: str | None = None   # a broken metadata.yaml (the storage files were read directly)
         self.skipped: Counter[str] = Counter()
         self.metadata: dict[str, str] = {}
         self._reader: Reader | None = None
         self._salvaged: list[Salvaged] = []
         msgdefs: dict[str, tuple[str, str]] = {}
-        try:
-            self._reader = Reader(target)
-            self._reader.open()
-        except (ReaderError, OSError, KeyError, ValueError) as e:
-            self._reader = None
-            self._salvage(e)
+        problem = _metadata_problem(self.path) if target == self.path else None
+        if problem is None:
+            try:
+                self._reader = Reader(target)
+                self._reader.open()
+            except (ReaderError, OSError, KeyError, ValueError) as e:
+                self._reader = None
+                if isinstance(e, ReaderError) and _about_metadata(e):
+                    problem = _metadata_syntax(self.path) or _one_line(str(e))
+                else:
+                    self._salvage(e)
+        if problem is not None:
+            self._without_metadata(problem)
         if self._reader is not None:
             conns = self._reader.connections
             self.topics = {c.topic: c.msgtype for c in conns}
@@ -105,6 +157,25 @@ class BagReader:
         self.msgdefs = msgdefs
         self._register_types(msgdefs)
 
+    def _without_metadata(self, problem: str) -> None:
+        """metadata.yaml is broken: read the storage file(s) next to it directly, and say so (not "truncated")."""
+        self.metadata_problem = f"bag {self.path}: metadata.yaml is broken ({problem})"
+        files = [f for f in self.files if f.is_file()]
+        if not files:
+            raise BagError(f"{self.metadata_problem}, and no .mcap or .db3 file is next to it") from None
+        if len(files) == 1:
+            try:
+                self._reader = Reader(files[0])
+                self._reader.open()
+            except (ReaderError, OSError, KeyError, ValueError) as e:
+                self._reader = None
+                self._salvage(e)
+        else:
+            self._salvage(ReaderError(problem))
+        if self.truncated is None:   # the storage itself read cleanly: only the metadata was wrong
+            warnings.warn(f"{self.metadata_problem}; read {', '.join(f.name for f in files)} directly",
+                          BagWarning, stacklevel=4)
+
     def _salvage(self, error: Exception) -> None:
         """Fall back to scanning storage files; raise BagError when nothing is readable."""
         files = [f for f in self.files if f.is_file()]
@@ -121,11 +192,15 @@ class BagReader:
         got = sum(len(s.entries) for s in self._salvaged)
         if not got and not any(s.topics for s in self._salvaged):
             raise BagError(f"bag {self.path}: no readable messages: {error}") from None
+        if self.metadata_problem is not None and all(s.stopped_at >= s.size for s in self._salvaged):
+            return   # every storage file read to its end: not truncated (the caller names the metadata)
         where = "; ".join(f"{s.path.name}: stopped at byte {s.stopped_at} of {s.size} ({s.reason})"
                           for s in self._salvaged)
         expected = self._expected_count()
         of = f" of {expected}" if expected else ""
         self.truncated = f"bag {self.path} is truncated or damaged: read {got}{of} messages; {where}"
+        if self.metadata_problem is not None:
+            self.truncated += f"; and its {self.metadata_problem.split(': ', 1)[1]}"
         warnings.warn(self.truncated, BagWarning, stacklevel=3)
 
     def _expected_count(self) -> int | None:

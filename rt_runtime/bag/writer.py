@@ -1,7 +1,6 @@
 """`BagWriter`: rosbag2 (.mcap or .db3) writing with `rosbags`, in canonical message order."""
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -9,6 +8,7 @@ from typing import Any
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
 from rosbags.typesys.store import Typestore
 
+from ..outpaths import PartialStop, Staged
 from .errors import BagError
 from .types import default_typestore, to_cdr
 
@@ -16,21 +16,36 @@ FORMATS = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 
 
 class BagWriter:
-    """Writes a rosbag2 directory; messages with equal timestamps go out sorted by topic name."""
+    """Writes a rosbag2 directory; messages with equal timestamps go out sorted by topic name.
 
-    def __init__(self, path: str | Path, format: str = "mcap", store: Typestore | None = None) -> None:
-        """Create the bag directory `path` (it must not exist) in storage `format` (mcap|sqlite3)."""
+    The bag is written into a temporary sibling (``.NAME.XXXX.rt-tmp/NAME``) and renamed onto
+    ``path`` by ``close``: ``path`` holds a complete, readable bag or nothing. ``abort`` (and an
+    exception inside ``with``) removes what was written; ``close(partial=...)`` (and ``PartialStop``
+    inside ``with``) keeps it, readable, with ``partial: "true"`` and ``partial_reason`` in its
+    metadata.yaml ``custom_data``.
+    """
+
+    def __init__(self, path: str | Path, format: str = "mcap", store: Typestore | None = None,
+                 replace: bool = False) -> None:
+        """Create the bag directory `path` in storage `format` (mcap|sqlite3); it must not exist unless
+        `replace` (the old one is then replaced when this one closes, not before)."""
         self.path = Path(path)
         if format not in FORMATS:
             raise BagError(f"bag {self.path}: unknown storage format {format!r}; expected one of {sorted(FORMATS)}")
-        if self.path.exists():
+        if self.path.exists() and not replace:
             raise BagError(f"bag {self.path}: exists already; writing needs a new path")
         self.format = format
         self.store = store or default_typestore()
-        self._writer = Writer(self.path, version=Writer.VERSION_LATEST, storage_plugin=FORMATS[format])
+        self.partial: str | None = None
+        try:
+            self._staged = Staged(self.path, replace=replace)
+        except OSError as e:
+            raise BagError(f"bag {self.path}: cannot create: {e.strerror or e}") from None
+        self._writer = Writer(self._staged.tmp, version=Writer.VERSION_LATEST, storage_plugin=FORMATS[format])
         try:
             self._writer.open()
         except (WriterError, OSError) as e:
+            self._staged.discard()
             raise BagError(f"bag {self.path}: cannot create: {e}") from None
         self._conns: dict[str, Any] = {}
         self.topics: dict[str, str] = {}
@@ -87,22 +102,37 @@ class BagWriter:
         self._pending.clear()
         self._pending_t = None
 
-    def close(self) -> None:
-        """Flush and finish the bag (index, metadata.yaml)."""
+    def close(self, partial: str | None = None) -> None:
+        """Flush and finish the bag (index, metadata.yaml) and rename it onto its path.
+
+        ``partial``: why the bag stops early (an interrupt); it is recorded in the metadata's
+        ``custom_data`` as ``partial: "true"`` and ``partial_reason``, and the bag stays readable.
+        """
         if self._closed:
             return
-        self._flush()
-        self._writer.close()
-        self._closed = True
+        try:
+            self._flush()
+            if partial is not None:
+                self.partial = partial
+                self._writer.set_custom_data("partial", "true")
+                self._writer.set_custom_data("partial_reason", partial)
+            self._writer.close()
+            self._closed = True
+            self._staged.commit()
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
-        """Stop writing and remove the partial bag."""
+        """Stop writing and remove what was written (nothing appears at the bag's path)."""
         if not self._closed:
             self._closed = True
             try:
                 self._writer.abort()
             finally:
-                shutil.rmtree(self.path, ignore_errors=True)
+                self._staged.discard()
+        else:
+            self._staged.discard()   # closed but not renamed: a failed commit
 
     def __enter__(self) -> "BagWriter":
         return self
@@ -110,5 +140,7 @@ class BagWriter:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         if et is None:
             self.close()
+        elif isinstance(e, PartialStop):
+            self.close(partial=str(e))
         else:
             self.abort()

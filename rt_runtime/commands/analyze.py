@@ -15,6 +15,8 @@ from typing import Any
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register the subcommand."""
+    from . import args as A
+
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("trace", help="trace file written by `rt-runtime replay --trace` (or `run --trace`)")
     p.add_argument("--config", help="configuration for chains, task wiring and priorities "
@@ -22,8 +24,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--html", metavar="OUT.html", help="write one self-contained HTML report (tables and plots)")
     p.add_argument("--plots", metavar="DIR", help="write the plots as PNG files into DIR")
     p.add_argument("--perfetto", metavar="OUT.json", help="write the trace as Chrome/Perfetto JSON")
+    p.add_argument("--force", action="store_true", help="replace existing --html/--perfetto files and plots "
+                   "(never an input); without it an existing one is refused")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
-    p.add_argument("--limit", type=int, default=20, help="missed jobs listed in the text report (default 20)")
+    p.add_argument("--limit", type=A.nonneg_int, default=20, help="missed jobs listed in the text report (default 20)")
     return p
 
 
@@ -51,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.trace_report import analyze_trace
     from ..analysis.trace_text import format_report
     from ..cli import UsageError
+    from ..outpaths import OutputPathError, Staged, check_distinct, check_output
     from ..trace import TraceFileError, load_trace, write_perfetto
 
     try:
@@ -58,6 +63,15 @@ def run(args: argparse.Namespace) -> int:
     except TraceFileError as e:
         raise UsageError(str(e)) from None
     cfg_path = args.config or meta.get("config")
+    outputs = {"--plots": args.plots, "--html": args.html, "--perfetto": args.perfetto}
+    inputs = {"trace": args.trace, "config": cfg_path}
+    try:   # before any work: an output is never an input, never an existing file without --force
+        for flag, path in outputs.items():
+            if path:
+                check_output(path, flag, inputs, force=args.force, kind="dir" if flag == "--plots" else "file")
+        check_distinct(outputs)
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
     cfg: dict[str, Any] = {}
     if cfg_path and (args.config or Path(cfg_path).is_file()):
         cfg = load_config(cfg_path, bool(args.config))
@@ -70,17 +84,28 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, KeyError, IndexError) as e:   # a well-formed file whose contents make no sense
         raise UsageError(f"{args.trace}: cannot analyse this trace ({type(e).__name__}: {e})") from None
     written: list[str] = []
+    staged: list[Staged] = []   # each output is written beside its path and renamed once all are written
     try:
         if args.plots:
             from ..analysis.plots import write_plots
-            written += [str(p) for p in write_plots(rep, args.plots)]
+            staged.append(Staged(args.plots, replace=True, merge=True))   # an existing folder keeps its other files
+            written += [str(Path(args.plots) / p.name) for p in write_plots(rep, staged[-1].tmp)]
         if args.html:
             from ..analysis.html import write_html
-            written.append(str(write_html(rep, args.html, source=args.trace)))
+            staged.append(Staged(args.html, replace=True))
+            write_html(rep, staged[-1].tmp, source=args.trace)
+            written.append(str(args.html))
         if args.perfetto:
-            written.append(str(write_perfetto(args.perfetto, cols, meta)))
+            staged.append(Staged(args.perfetto, replace=True))
+            write_perfetto(staged[-1].tmp, cols, meta)
+            written.append(str(args.perfetto))
+        for st in staged:
+            st.commit()
     except OSError as e:
         raise UsageError(f"cannot write output: {e}") from None
+    finally:
+        for st in staged:
+            st.discard()   # what was not committed (an error, an interrupt) is removed
     if args.json:
         doc = rep.to_json()
         doc["written"] = written

@@ -47,13 +47,19 @@ class Budget:
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register the subcommand."""
+    from . import args as A
+
     p = sub.add_parser(name, help=help_text, description=help_text + ". Exit 0 when the calibrated "
                        "config is schedulable, 1 when not, 2 on invalid input.")
     p.add_argument("bag", nargs="?", help="rosbag2 folder, .mcap or .db3 (default: the built-in scenario)")
     p.add_argument("--config", help="stack configuration (default: config/stack.yaml)")
     p.add_argument("--out", help="calibrated copy (default: <config stem>.calibrated.yaml here); never an input")
-    p.add_argument("--margin", default="1.5", help="budget = p99 x margin (default 1.5)")
+    p.add_argument("--margin", default="1.5", type=A.float_range(0.0, 100.0, low_open=True,
+                                                                what="a margin above 0 up to 100"),
+                   help="budget = p99 x margin (default 1.5)")
     p.add_argument("--trace", help="also keep the replay's trace here (for `rt-runtime analyze`)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out or --trace file (never an "
+                   "input); without it an existing one is refused")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
 
@@ -210,34 +216,6 @@ def machine() -> dict[str, Any]:
     return {"host": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count()}
 
 
-def _refuse_inputs(out: Path, inputs: dict[str, Path], flag: str) -> None:
-    """UsageError unless ``out`` can be written without touching an input (the bag's folder included)."""
-    from ..cli import UsageError
-
-    o = out.resolve()
-    for what, p in inputs.items():
-        r = p.resolve()
-        if o == r or r in o.parents or (o.exists() and r.exists() and os.path.samefile(o, r)):
-            raise UsageError(f"{flag} {out}: that is the {what} ({p}); calibrate does not write over it")
-    if o.is_dir() or not o.parent.is_dir():
-        raise UsageError(f"{flag} {out}: " + ("is a directory" if o.is_dir() else f"no such directory {o.parent}"))
-
-
-def _write_atomic(path: Path, text: str, like: Path) -> None:
-    """Write via a temporary file in the same folder and os.replace: readers see the old file or the new one."""
-    fd, tmp = tempfile.mkstemp(dir=path.resolve().parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, like.stat().st_mode & 0o777)   # mkstemp's 0600 would hide the config from others
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _check_rewrite(old: str, new: str, budgets: dict[str, Budget]) -> dict[str, Any]:
     """The new text parsed must equal the old one with exactly the planned values changed (guards ``rewrite``)."""
     import yaml
@@ -257,12 +235,22 @@ def _check_rewrite(old: str, new: str, budgets: dict[str, Budget]) -> dict[str, 
 
 def run(args: argparse.Namespace) -> int:
     """Replay, measure, write the calibrated copy, analyse it: 0 schedulable, 1 not."""
+    staged: list[Any] = []
+    try:
+        return _run(args, staged)
+    finally:
+        for st in staged:
+            st.discard()   # a --trace not committed with --out (an error, an interrupt) is removed
+
+
+def _run(args: argparse.Namespace, staged: list[Any]) -> int:
     from ..analysis import analyze_taskset
     from ..cli import UsageError
     from ..config import ConfigError, load_taskset
     from ..config.stack import load_stack, parse_stack
     from ..core.task import TaskError
     from ..core.units import parse_duration
+    from ..outpaths import OutputPathError, Staged, bag_extent, check_distinct, check_output, write_atomic
     from ..replay import ReplayError, replay
     from ..replay.defaults import default_bag, default_config
     from ..trace import TraceFileError
@@ -285,11 +273,20 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, OSError) as e:
         raise UsageError(str(e)) from None
     out = Path(args.out) if args.out else Path.cwd() / f"{config.stem}.calibrated.yaml"
-    _refuse_inputs(out, {"config": config, "bag": bag}, "--out")
-    if args.trace:
-        _refuse_inputs(Path(args.trace), {"config": config, "bag": bag, "--out file": out}, "--trace")
+    inputs = {"config": config, "bag": bag_extent(bag)}
+    try:   # never an input, never an existing file without --force
+        check_output(out, "--out", inputs, force=args.force)
+        if args.trace:
+            check_output(args.trace, "--trace", inputs, force=args.force)
+        check_distinct({"--out": out, "--trace": args.trace})
+        if args.trace:   # written beside its path, renamed there with --out (removed if calibrate fails)
+            staged.append(Staged(args.trace, replace=True))
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"--trace {args.trace}: cannot create: {e.strerror or e}") from None
     with tempfile.TemporaryDirectory(prefix="rt_calibrate_") as tmp:
-        trace = Path(args.trace) if args.trace else Path(tmp) / "calibrate.rttrace"
+        trace = staged[0].tmp if staged else Path(tmp) / "calibrate.rttrace"
         try:   # speculation off: the budgets are for the mandatory jobs
             replay(bag, cfg, speed="max", timing="measured", trace=trace, speculate=False,
                    progress=sys.stderr.isatty() and not args.json)
@@ -312,7 +309,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         new_text = rewrite(text, budgets, header)
         parse_stack(_check_rewrite(text, new_text, budgets), str(out))
-        _write_atomic(out, new_text, config)
+        write_atomic(out, new_text, like=config)
+        for st in staged:
+            st.commit()
         policy, tasks, chains = load_taskset(out)
         report = analyze_taskset(tasks, policy, chains)
     except (ConfigError, TaskError, ValueError, OSError) as e:

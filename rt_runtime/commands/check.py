@@ -42,6 +42,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(str(e))
     except (TaskError, ValueError) as e:  # what the analysis itself refuses, e.g. an unsupported deadline
         return _usage_error(f"{args.file}: {e}")
+    except (OverflowError, RecursionError) as e:   # numbers the analysis cannot carry: bad input, not a verdict
+        return _usage_error(f"{args.file}: the analysis cannot handle this task set's magnitudes "
+                            f"({type(e).__name__}: {str(e)[:120]}); check the periods and budgets")
     if args.json:
         doc = {"file": str(args.file), **report.to_json()}
         print(json.dumps(doc, indent=2, allow_nan=False))

@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     if bag_out.exists():
         shutil.rmtree(bag_out)
     ns = argparse.Namespace(bag=None, config=None, out=str(bag_out), out_format="mcap", speed="max", workers=None,
-                            trace=str(out / "demo.rttrace"), remap=[], until=None, json=False, speculate=None)
+                            trace=str(out / "demo.rttrace"), remap=[], until=None, json=False, speculate=None,
+                            force=True)   # the demo's own outputs: replaced on every run
     status = replay_cmd.run(ns)
     print(f"outputs: {bag_out} (nav_msgs/Path, MarkerArray, DiagnosticArray); trace: {out / 'demo.rttrace'}")
     return status

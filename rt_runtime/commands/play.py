@@ -9,15 +9,18 @@ import threading
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register the subcommand."""
+    from . import args as A
+
     p = sub.add_parser(name, help=help_text, description=help_text + ". Topics whose message package is not "
                        "installed are skipped (named once). SIGINT or SIGTERM stops.")
     p.add_argument("bag", help="rosbag2 folder, .mcap or .db3")
-    p.add_argument("--rate", type=float, default=1.0, help="playback speed factor (default 1)")
+    p.add_argument("--rate", type=A.factor, default=1.0, help="playback speed factor, 0.001 to 1000 (default 1)")
     p.add_argument("--clock", action="store_true", help="publish /clock with the bag's time (for use_sim_time)")
-    p.add_argument("--clock-hz", type=float, default=100.0, help="/clock ticks per wall second between messages")
+    p.add_argument("--clock-hz", type=A.float_range(0.0, 10_000.0, low_open=True, what="a rate above 0 up to 10000 Hz"),
+                   default=100.0, help="/clock ticks per wall second between messages")
     p.add_argument("--loop", action="store_true", help="start over at the end (the clock jumps back, as rosbag2's)")
     p.add_argument("--topics", nargs="+", metavar="TOPIC", help="only these topics (default: all)")
-    p.add_argument("--wait-for-subscriber", type=float, default=0.0, metavar="S",
+    p.add_argument("--wait-for-subscriber", type=A.nonneg_seconds, default=0.0, metavar="S",
                    help="first wait up to S seconds for a reader of one of the topics (a node still starting)")
     p.add_argument("--ros-args", nargs=argparse.REMAINDER, dest="ros_args", default=None,
                    help="everything after this goes to ROS")

@@ -9,20 +9,24 @@ from typing import Any
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register the subcommand."""
+    from . import args as A
+
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.add_argument("bag", nargs="?", help="rosbag2 folder, .mcap or .db3 (default: the built-in scenario)")
     p.add_argument("--config", help="stack configuration (default: config/stack.yaml)")
-    p.add_argument("--out", help="write the outputs (Path, MarkerArray, diagnostics) into this bag")
+    p.add_argument("--out", help="write the outputs (Path, MarkerArray, diagnostics) into this new bag")
     p.add_argument("--out-format", choices=("mcap", "sqlite3"), default="mcap", help="output bag storage")
-    p.add_argument("--speed", default="max", help="'max' (virtual time, as fast as the CPU allows) or a factor "
+    p.add_argument("--speed", default="max", type=A.speed, help="'max' (virtual time, as fast as the CPU allows) or a factor "
                                                  "of real time on the wall clock, e.g. 1 or 0.5")
     p.add_argument("--timing", choices=("budget", "measured"), default=None,
                    help="on the virtual clock: 'budget' (default; every op takes its budget, one schedule and one "
                         "digest on any machine) or 'measured' (ops take the CPU time they used here)")
-    p.add_argument("--workers", type=int, help="worker count (default: the config's)")
+    p.add_argument("--workers", type=A.workers, help="worker count, 1 or more (default: the config's)")
     p.add_argument("--trace", help="write a trace file for `rt-runtime analyze`")
+    p.add_argument("--force", action="store_true", help="replace an existing --out bag or --trace file "
+                   "(never an input); without it an existing one is refused")
     p.add_argument("--remap", action="append", default=[], metavar="FROM=TO", help="rename a topic the config uses")
-    p.add_argument("--until", type=float, metavar="S", help="stop after S seconds of the bag")
+    p.add_argument("--until", type=A.seconds, metavar="S", help="stop after S seconds of the bag (S > 0)")
     p.add_argument("--speculate", action=argparse.BooleanOptionalAction, default=None,
                    help="turn the config's speculate: keys on (or off with --no-speculate); default: as configured")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
@@ -126,10 +130,12 @@ def _timing(timing: str | None, speed: str | float) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Replay and report."""
+    """Replay and report; 130/143 when SIGINT/SIGTERM cut the replay short (outputs kept, marked partial)."""
+    from ..bag import BagError
     from ..cli import UsageError
     from ..config import ConfigError
     from ..config.stack import load_stack, parse_remap
+    from ..outpaths import EXIT_CODES, INTERRUPT, bag_extent, check_distinct, check_output
     from ..replay import ReplayError, replay
     from ..replay.defaults import default_bag, default_config
     from ..replay.quality import quality_from_outputs
@@ -142,18 +148,36 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--speed: expected 'max' or a positive number, found {args.speed!r}") from None
         if speed <= 0:
             raise UsageError(f"--speed: expected 'max' or a positive number, found {args.speed!r}")
+    force = bool(getattr(args, "force", False))
     try:
         remap = parse_remap(args.remap)
-        cfg = load_stack(args.config or default_config(), remap)
+        config = args.config or default_config()
         bag = args.bag or default_bag(progress=sys.stderr.isatty())
+        inputs = {"bag": bag_extent(bag), "config": config}   # checked before anything is loaded or written
+        if args.out:
+            check_output(args.out, "--out", inputs, force=force, kind="bag")
+        if args.trace:
+            check_output(args.trace, "--trace", inputs, force=force)
+        check_distinct({"--out": args.out, "--trace": args.trace})
+        cfg = load_stack(config, remap)
         result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                         out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
                         until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
-                        timing=_timing(args.timing, speed))
-    except (ConfigError, ReplayError, ValueError, FileNotFoundError) as e:
+                        timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT)
+    except (ConfigError, ReplayError, BagError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
+    interrupted = result.extra.get("interrupted")
     if args.json:
-        print(json.dumps(result_json(result)))
+        doc = result_json(result)
+        if interrupted:
+            doc.update(interrupted=interrupted, partial=True)
+        print(json.dumps(doc))
     else:
         print_summary(result)
-    return 0
+    if not interrupted:
+        return 0
+    kept = [f"{p} ({what}, marked partial)" for p, what in ((args.out, "bag"), (args.trace, "trace")) if p]
+    print(f"rt-runtime replay: interrupted by {interrupted}: replayed {result.duration_s:.2f} s of "
+          f"{result.extra['bag_duration_s']:.2f} s of the bag; kept "
+          + (", ".join(kept) if kept else "no files (no --out, no --trace)"), file=sys.stderr)
+    return EXIT_CODES[interrupted]

@@ -8,6 +8,8 @@ from typing import Any
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register the subcommand."""
+    from . import args as A
+
     p = sub.add_parser(name, help=help_text, description=help_text + ". Stops cleanly on SIGINT or SIGTERM "
                        "(released jobs publish, outputs and the trace are flushed). See docs/ROS.md.")
     p.add_argument("--config", help="stack configuration (default: config/stack.yaml)")
@@ -17,11 +19,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--remap", action="append", default=[], metavar="FROM=TO", help="rename a topic the config uses")
     p.add_argument("--use-sim-time", action="store_true", help="follow /clock (a bag played with --clock)")
     p.add_argument("--params-file", help="ROS parameters file (e.g. config/ros_params.yaml)")
-    p.add_argument("--workers", type=int, help="worker count (default: the config's)")
+    p.add_argument("--workers", type=A.workers, help="worker count, 1 or more (default: the config's)")
     p.add_argument("--realtime", action="store_true", help="pin workers and use SCHED_FIFO where permitted")
     p.add_argument("--speculate", action="store_true",
                    help="turn on the config's speculate: keys (the planner plans ahead in slack; docs/SAFETY.md)")
-    p.add_argument("--stale-after", metavar="DURATION", help="an input silent this long is stale (default 500ms)")
+    p.add_argument("--stale-after", metavar="DURATION", type=A.duration_text, help="an input silent this long is stale (default 500ms)")
     p.add_argument("--degrade-on-stale", action="append", default=[], metavar="TOPIC",
                    help="while this input is stale, run every task that has one on its fallback graph")
     p.add_argument("--ros-args", nargs=argparse.REMAINDER, dest="ros_args", default=None,

@@ -21,7 +21,9 @@ someone else's vehicle replays against the same configuration.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -29,7 +31,7 @@ from typing import Any, Callable, Mapping
 from ..analysis.chains import Chain
 from ..core.graph import Graph
 from ..core.task import Task, TaskError
-from ..core.units import DurationError, parse_duration
+from ..core.units import DurationError, clip, parse_duration
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
 from ..sched.budget import check_op_budgets
@@ -37,6 +39,27 @@ from .taskset import ConfigError, load_yaml, parse_taskset
 
 STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
               "threads", "frame", "diagnostics_period", "safety", "description")
+DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
+MAX_WORKERS = 1024
+MIN_DIAGNOSTICS_PERIOD_NS = 1_000_000             # 1 ms: diagnostics are a status message, not a data stream
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+def check_top_level_keys(doc: Mapping[str, Any], source: str) -> None:
+    """ConfigError for a top-level key a configuration does not have (a typo such as ``chain:``).
+
+    ``parse_stack`` and ``load_taskset`` (``check``, ``analyze``, ``calibrate``) both call it first, so
+    a file one of them refuses the other refuses too, with the same line.
+    """
+    if not isinstance(doc, Mapping):
+        return
+    for key in doc:
+        if key not in STACK_KEYS:
+            close = difflib.get_close_matches(str(key), STACK_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 80 else clip(key)
+            raise _fail(source, str(shown), f"unknown top-level key{hint}; expected one of {', '.join(STACK_KEYS)}",
+                        fld=str(shown))
 
 
 @dataclass(frozen=True)
@@ -87,16 +110,23 @@ def _fail(source: str, where: str, message: str, *, task: str | None = None, fld
 
 
 def resolve(ref: object, source: str, where: str, task: str | None = None) -> Callable[..., Any]:
-    """Import ``package.module:function`` named in a config."""
-    if not isinstance(ref, str) or ":" not in ref:
-        raise _fail(source, where, f"expected 'package.module:function', found {ref!r}", task=task)
-    module, _, name = ref.partition(":")
+    """Import ``package.module:function`` named in a config; ConfigError (one line) for anything that fails."""
+    module, _, name = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not _MODULE.fullmatch(module) or not name.isidentifier():
+        why = " (a relative module path has no package to be relative to)" if module.startswith(".") else ""
+        raise _fail(source, where, f"expected 'package.module:function', found {clip(ref)}{why}", task=task)
     try:
-        fn = getattr(importlib.import_module(module), name)
+        mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
         raise _fail(source, where, f"cannot import module '{module}' ({e})", task=task) from None
-    except AttributeError:
-        raise _fail(source, where, f"module '{module}' has no '{name}'", task=task) from None
+    except SyntaxError as e:
+        raise _fail(source, where, f"module '{module}' has a syntax error: {e.msg} ({e.filename}, line {e.lineno})",
+                    task=task) from None
+    except (Exception, SystemExit) as e:   # noqa: BLE001 - whatever the module does at import is the user's
+        raise _fail(source, where, f"importing module '{module}' failed: {type(e).__name__}: {e}", task=task) from None
+    fn = getattr(mod, name, None)
+    if fn is None:
+        raise _fail(source, where, f"module '{module}' has no '{name}'", task=task)
     if not callable(fn):
         raise _fail(source, where, f"'{ref}' is not callable", task=task)
     return fn
@@ -144,11 +174,8 @@ def parse_remap(items: list[str] | None) -> dict[str, str]:
 
 def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | None = None) -> StackConfig:
     """Validate a stack document; graphs are not built yet (see ``build_bindings``)."""
+    check_top_level_keys(doc, source)
     policy, tasks, chains = parse_taskset(doc, source)
-    for key in doc:
-        if key not in STACK_KEYS:
-            raise _fail(source, str(key), f"unknown top-level key; expected one of {', '.join(STACK_KEYS)}",
-                        fld=str(key))
     raw_tasks = doc["tasks"]
     entries = {e["name"]: e for e in raw_tasks} if not isinstance(raw_tasks, Mapping) else \
         {n: {"name": n, **f} for n, f in raw_tasks.items()}
@@ -159,9 +186,10 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
         _mapping(e.get("inputs"), source, f"task '{name}': inputs", name)
         _mapping(e.get("outputs"), source, f"task '{name}': outputs", name)
         _op_budgets(e, source, name)
+        _runtime_keys(e, source, name)
 
     channels = []
-    for i, c in enumerate(doc.get("channels") or []):
+    for i, c in enumerate(_list(doc, "channels", source)):
         where = f"channels[{i}]"
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
             raise _fail(source, where, f"expected a mapping with a name, found {c!r}")
@@ -177,13 +205,13 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
 
     remap = dict(remap or {})
     ingress = []
-    for i, r in enumerate(doc.get("ingress") or []):
+    for i, r in enumerate(_list(doc, "ingress", source)):
         where = f"ingress[{i}]"
-        if not isinstance(r, Mapping) or not all(isinstance(r.get(k), str) for k in ("topic", "codec")):
-            raise _fail(source, where, f"expected topic, codec and channel (or channels), found {r!r}")
-        if r["codec"] not in INGRESS_CODECS:
-            raise _fail(source, f"{where}: codec", f"unknown codec {r['codec']!r}; expected one of "
-                                                   f"{', '.join(INGRESS_CODECS)}")
+        if not isinstance(r, Mapping) or not isinstance(r.get("topic"), str):
+            raise _fail(source, where, f"expected topic, codec and channel (or channels), found {clip(r)}")
+        if not isinstance(r.get("codec"), str) or r["codec"] not in INGRESS_CODECS:
+            raise _fail(source, f"{where}: codec", f"expected one of {', '.join(INGRESS_CODECS)}, found "
+                                                   f"{clip(r.get('codec'))}")
         codec = INGRESS_CODECS[r["codec"]]
         chans = {"value": r["channel"]} if isinstance(r.get("channel"), str) else \
             _mapping(r.get("channels"), source, f"{where}: channels")
@@ -192,11 +220,14 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
                                                       f"found {sorted(chans)}")
         ingress.append(IngressRoute(remap.get(r["topic"], r["topic"]), r["codec"], chans))
     egress = []
-    for i, r in enumerate(doc.get("egress") or []):
+    for i, r in enumerate(_list(doc, "egress", source)):
         where = f"egress[{i}]"
-        if not isinstance(r, Mapping) or not isinstance(r.get("topic"), str) or r.get("codec") not in EGRESS_CODECS:
+        if not isinstance(r, Mapping) or not isinstance(r.get("topic"), str):
             raise _fail(source, where, f"expected topic, a codec among {', '.join(EGRESS_CODECS)}, and channels; "
-                                       f"found {r!r}")
+                                       f"found {clip(r)}")
+        if not isinstance(r.get("codec"), str) or r["codec"] not in EGRESS_CODECS:
+            raise _fail(source, f"{where}: codec", f"expected one of {', '.join(EGRESS_CODECS)}, found "
+                                                   f"{clip(r.get('codec'))}")
         chans = _mapping(r.get("channels"), source, f"{where}: channels")
         missing = set(EGRESS_CODECS[r["codec"]].roles) - set(chans)
         if missing:
@@ -205,16 +236,74 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
 
     workers, threads = doc.get("workers", 1), doc.get("threads", 1)
     for key, value in (("workers", workers), ("threads", threads)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _fail(source, key, f"expected a positive integer, found {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
+            raise _fail(source, key, f"expected an integer from 1 to {MAX_WORKERS}, found {clip(value)}", fld=key)
     try:
         diag = parse_duration(doc.get("diagnostics_period", "1s"), what="diagnostics_period")
     except DurationError as e:
-        raise ConfigError(source, str(e)) from None
+        raise ConfigError(source, str(e), field="diagnostics_period") from None
+    if diag < MIN_DIAGNOSTICS_PERIOD_NS:
+        raise _fail(source, "diagnostics_period", f"must be at least 1ms, found {clip(doc.get('diagnostics_period'))}",
+                    fld="diagnostics_period")
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
-                       device=str(doc.get("device", "cpu")), workers=workers, threads=threads,
+                       device=_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
                        frame=str(doc.get("frame", "map")),
                        diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress))
+
+
+def _list(doc: Mapping[str, Any], key: str, source: str) -> list[Any]:
+    """An optional top-level list (``channels``, ``ingress``, ``egress``)."""
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _fail(source, key, f"expected a list, found {type(value).__name__} {clip(value)}", fld=key)
+    return value
+
+
+def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
+    """The run-time keys of a task entry whose wrong type would otherwise fail deep inside the runtime."""
+    for key in ("graph", "fallback", "initial"):
+        ref = e.get(key)
+        module, _, fn = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+        if ref is not None and (not _MODULE.fullmatch(module) or not fn.isidentifier()):
+            why = " (a relative module path has no package to be relative to)" if module.startswith(".") else ""
+            raise _fail(source, f"task '{name}': {key}", f"expected 'package.module:function', found {clip(ref)}{why}",
+                        task=name, fld=key)
+    for key in ("args", "fallback_args"):
+        args = e.get(key)
+        if args is not None and (not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args)):
+            raise _fail(source, f"task '{name}': {key}", f"expected a mapping of argument names to values, found "
+                        f"{clip(args)}", task=name, fld=key)
+    recover = e.get("recover_after")
+    if recover is not None and (isinstance(recover, bool) or not isinstance(recover, int) or recover < 1):
+        raise _fail(source, f"task '{name}': recover_after", f"expected a positive integer (clean jobs in a row "
+                    f"before leaving the fallback), found {clip(recover)}", task=name, fld="recover_after")
+    worker = e.get("worker")
+    if worker is not None and (isinstance(worker, bool) or not isinstance(worker, int) or worker < 0):
+        raise _fail(source, f"task '{name}': worker", f"expected a worker index (0, 1, ...), found {clip(worker)}",
+                    task=name, fld="worker")
+
+
+def _device(value: object, source: str) -> str:
+    """``device:``: cpu, cuda or cuda:N; a CUDA device is checked against this machine (torch asked only then)."""
+    if not isinstance(value, str) or not DEVICE.fullmatch(value):
+        raise _fail(source, "device", f"expected cpu, cuda or cuda:N, found {clip(value)}", fld="device")
+    if value.startswith("cuda"):
+        import torch
+
+        try:
+            n = torch.cuda.device_count()
+        except Exception:  # noqa: BLE001 - a broken driver is no device
+            n = 0
+        index = int(value.partition(":")[2] or 0)
+        if n == 0:
+            raise _fail(source, "device", f"{value}: this machine has no CUDA device torch can use "
+                                          f"(torch.cuda.device_count() is 0); use cpu", fld="device")
+        if index >= n:
+            raise _fail(source, "device", f"{value}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}",
+                        fld="device")
+    return value
 
 
 def _safety(doc: Mapping[str, Any], source: str, entries: Mapping[str, Any], ingress: list[IngressRoute]) -> Any:
@@ -259,10 +348,28 @@ def _graph(cfg: StackConfig, task: str, key: str, device: str) -> Graph | None:
         graph = build(device=device, **args)
     except TypeError as e_:
         raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} rejected its arguments ({e_})", task=task) from None
+    except Exception as e_:  # noqa: BLE001 - a builder is the user's code: name it, the task and what it raised
+        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} raised {type(e_).__name__}: {e_}",
+                    task=task) from None
     if not isinstance(graph, Graph):
         raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} returned {type(graph).__name__}, not a Graph",
                     task=task)
     return graph
+
+
+def _initial(cfg: StackConfig, task: str, device: str) -> Mapping[str, Any]:
+    """The task's ``initial:`` function called: its mapping of graph input names to initial values."""
+    ref = cfg.entries[task]["initial"]
+    fn = resolve(ref, cfg.source, f"task '{task}': initial", task)
+    try:
+        values = fn(device=device)
+    except Exception as e:  # noqa: BLE001 - the user's code
+        raise _fail(cfg.source, f"task '{task}': initial", f"{ref} raised {type(e).__name__}: {e}", task=task,
+                    fld="initial") from None
+    if not isinstance(values, Mapping):
+        raise _fail(cfg.source, f"task '{task}': initial", f"{ref} returned {type(values).__name__}, not a mapping "
+                    f"of input names to values", task=task, fld="initial")
+    return values
 
 
 def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None) -> Any:
@@ -280,6 +387,9 @@ def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None
     except (TypeError, ValueError) as e:
         raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} rejected its arguments "
                     f"({e})", task=task, fld="speculate") from None
+    except Exception as e:  # noqa: BLE001 - the user's factory
+        raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} raised "
+                    f"{type(e).__name__}: {e}", task=task, fld="speculate") from None
     out = Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin, wait_for=spec.wait_for)
     bad = out.problem(graph) if graph is not None else None
     if bad is not None:
@@ -326,8 +436,29 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
             raise ConfigError(cfg.source, str(err), task=task.name) from None
         bindings.append(binding)
         if e.get("initial") is not None:
-            values = resolve(e["initial"], cfg.source, f"task '{task.name}': initial", task.name)(device=device)
+            values = _initial(cfg, task.name, device)
             for name, value in values.items():
                 if name in inputs:
                     initial[inputs[name]] = value
     return bindings, initial
+
+
+def run_chains(cfg: StackConfig, bindings: list[TaskBinding]) -> tuple[list[Chain], list[str]]:
+    """The chains the runtime executes (those with a deadline), and notes for the user.
+
+    A member that speculates cannot wait for its predecessor (its next release must be known in
+    advance): the chain is cut before it, and it runs on its own trigger or period."""
+    speculating = {b.name for b in bindings if b.speculate is not None}
+    out, notes = [], []
+    for c in cfg.chains:
+        if c.deadline_ns is None:
+            continue
+        cut = next((k for k, n in enumerate(c.tasks) if n in speculating), len(c.tasks))
+        if cut < len(c.tasks):
+            notes.append(f"task '{c.tasks[cut]}' speculates, so it runs on its own "
+                         f"{'trigger' if cfg.entries[c.tasks[cut]].get('trigger') else 'period'}, outside chain "
+                         f"'{c.name}'" + (f" (the chain keeps {list(c.tasks[:cut])})" if cut >= 2 else
+                                          " (the chain is not run as one)"))
+        if cut >= 2:
+            out.append(dataclasses.replace(c, tasks=c.tasks[:cut]))
+    return out, notes

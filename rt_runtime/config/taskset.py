@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..analysis.chains import Chain
 from ..analysis.schedulability import POLICIES, validate_for_policy
+from ..core.chain import Chain, apply_chains
 from ..core.task import Task, TaskError
-from ..core.units import DurationError, parse_duration
+from ..core.units import DurationError, clip, parse_duration
 
 # Keys a task may carry. The runtime-only ones configure how jobs run, not when: the analysis skips them.
 DURATION_KEYS = ("period", "min_interarrival", "wcet", "deadline", "blocking", "jitter", "offset")
@@ -25,19 +25,84 @@ TASK_KEYS = ("name", *DURATION_KEYS, "priority", "trigger", "criticality")
 RUNTIME_TASK_KEYS = ("graph", "args", "on_miss", "on_overrun", "fallback", "fallback_args", "group",
                      "recover_after", "initial", "redundancy", "speculate", "inputs", "outputs", "worker",
                      "publish", "op_budgets")
-CHAIN_KEYS = ("name", "tasks")
+CHAIN_KEYS = ("name", "tasks", "deadline")
 
 
 class ConfigError(ValueError):
     """An invalid configuration; the message starts with the file it came from."""
 
     def __init__(self, source: str, message: str, *, task: str | None = None, field: str | None = None) -> None:
+        message = message.replace("\r", "\\r").replace("\n", "\\n")   # one readable line, whatever the file holds
+        if len(message) > MAX_MESSAGE:
+            message = message[: MAX_MESSAGE - 1] + "…"
         super().__init__(f"{source}: {message}")
         self.source, self.task, self.field = source, task, field
 
 
+# Limits on what a configuration may be: a file is read whole, so it is bounded; aliases may share
+# values but not multiply them (a "billion laughs" document is a few lines that expand to billions
+# of nodes); the schedulability analysis is quadratic in the task count.
+MAX_YAML_BYTES = 16 * 1024 * 1024
+MAX_ALIAS_EXPANSION = 10_000   # nodes an alias may add beyond the document's own (a shared value counted each time)
+MAX_TASKS = 1_000
+MAX_CHAINS = 1_000
+MAX_NAME = 200
+MAX_MESSAGE = 600
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently)."""
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently)
+    and records where aliases are used (``_expansion_problem`` then bounds what they expand to)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.aliases: list[tuple[yaml.Mark, yaml.Node]] = []
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            node = super().compose_node(parent, index)
+            self.aliases.append((mark, node))
+            return node
+        return super().compose_node(parent, index)
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _expansion_problem(root: yaml.Node, aliases: list[tuple[yaml.Mark, yaml.Node]]) -> str | None:
+    """Why the composed document is refused (a recursive alias, or aliases expanding it too far); None: fine.
+
+    Iterative and linear in the distinct nodes: each node's expanded size is computed once.
+    """
+    if not aliases:
+        return None
+    size: dict[int, int] = {}
+    entered: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        k = id(node)
+        if leaving:
+            size[k] = 1 + sum(size[id(c)] for c in _children(node))
+            continue
+        if k in size:
+            continue
+        if k in entered:   # entered and not left: an ancestor of itself
+            return f"line {node.start_mark.line + 1}: a YAML alias refers to a value that contains it (recursive)"
+        entered.add(k)
+        stack.append((node, True))
+        stack.extend((c, False) for c in _children(node) if id(c) not in size)
+    if size[id(root)] - len(size) > MAX_ALIAS_EXPANSION:
+        mark, _ = max(aliases, key=lambda a: size.get(id(a[1]), 0))
+        return (f"line {mark.line + 1}: YAML aliases expand the document by more than {MAX_ALIAS_EXPANSION} "
+                f"nodes (an alias bomb?); write the values out")
+    return None
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -48,7 +113,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     "while constructing a mapping", node.start_mark,
-                    f"found key {key!r} twice (first on line {seen[key] + 1})", key_node.start_mark)
+                    f"found key {clip(key)} twice (first on line {seen[key] + 1})", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         except TypeError:
             pass  # unhashable keys are reported by the base constructor
@@ -58,20 +123,17 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML file into a dict; ConfigError for a missing file, a syntax error (with line), or a non-mapping."""
-    source = str(path)
-    p = Path(path)
+def parse_yaml_text(text: str, source: str) -> Any:
+    """A YAML document (safe types only) within the limits above; ConfigError naming the line otherwise."""
+    loader = _UniqueKeyLoader(text)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(source, "file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(source, "is a directory, expected a YAML file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(source, f"cannot read: {e}") from None
-    try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problem = _expansion_problem(node, loader.aliases)
+        if problem is not None:
+            raise ConfigError(source, problem)
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -79,6 +141,39 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(source, f"{where}YAML syntax error: {what}") from None
     except yaml.YAMLError as e:
         raise ConfigError(source, f"YAML syntax error: {e}") from None
+    except RecursionError:
+        raise ConfigError(source, "YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def read_text_limited(path: str | Path, what: str = "a YAML file") -> str:
+    """The file's text, at most MAX_YAML_BYTES; ConfigError for a missing, unreadable or too big file."""
+    source = str(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(source, "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(source, f"is a directory, expected {what}") from None
+    except OSError as e:
+        raise ConfigError(source, f"cannot read: {e.strerror or e}") from None
+    if len(data) > MAX_YAML_BYTES:
+        raise ConfigError(source, f"more than {MAX_YAML_BYTES // (1024 * 1024)} MiB, too big for {what}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(source, f"not UTF-8 text (byte {e.start}): expected {what}") from None
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file into a dict; ConfigError for a missing file, a syntax error (with line), or a non-mapping.
+
+    Bounded: at most MAX_YAML_BYTES, aliases expanding it by at most MAX_ALIAS_EXPANSION nodes.
+    """
+    source = str(path)
+    doc = parse_yaml_text(read_text_limited(path), source)
     if doc is None:
         raise ConfigError(source, "the file is empty, expected a mapping with 'policy:' and 'tasks:'")
     if not isinstance(doc, dict):
@@ -92,15 +187,21 @@ def _suggest(key: str, known: tuple[str, ...]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def _key(key: object) -> str:
+    """A key as written when it is a short printable string, else its clipped repr."""
+    return key if isinstance(key, str) and key.isprintable() and len(key) <= 80 else clip(key)
+
+
 def _duration(source: str, task: str, key: str, value: object) -> int:
     if isinstance(value, str) and value.strip().startswith("-"):
-        raise ConfigError(source, f"task '{task}': {key}: must not be negative, found {value!r}", task=task, field=key)
+        raise ConfigError(source, f"task '{task}': {key}: must not be negative, found {clip(value)}", task=task,
+                          field=key)
     try:
         ns = parse_duration(value, what=key)
     except DurationError as e:
         raise ConfigError(source, f"task '{task}': {e}", task=task, field=key) from None
     if ns == 0 and key in POSITIVE_KEYS:
-        raise ConfigError(source, f"task '{task}': {key}: must be positive, found {value!r}", task=task, field=key)
+        raise ConfigError(source, f"task '{task}': {key}: must be positive, found {clip(value)}", task=task, field=key)
     return ns
 
 
@@ -112,10 +213,13 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
                                   f"{type(entry).__name__}")
     name = entry.get("name")
     if not isinstance(name, str) or not name.strip():
-        raise ConfigError(source, f"{label}: name: expected a non-empty string, found {name!r}", field="name")
+        raise ConfigError(source, f"{label}: name: expected a non-empty string, found {clip(name)}", field="name")
+    if len(name) > MAX_NAME or not name.isprintable():
+        raise ConfigError(source, f"{label}: name: expected at most {MAX_NAME} printable characters (no line breaks "
+                                  f"or control characters), found {clip(name)}", field="name")
     for key in entry:
         if key not in TASK_KEYS and key not in RUNTIME_TASK_KEYS:
-            raise ConfigError(source, f"task '{name}': {key}: unknown key{_suggest(str(key), TASK_KEYS)}; "
+            raise ConfigError(source, f"task '{name}': {_key(key)}: unknown key{_suggest(str(key), TASK_KEYS)}; "
                                       f"expected one of {', '.join(TASK_KEYS + RUNTIME_TASK_KEYS)}",
                               task=name, field=str(key))
     d = {k: _duration(source, name, k, entry[k]) for k in DURATION_KEYS if entry.get(k) is not None}
@@ -125,7 +229,7 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
 
     trigger = entry.get("trigger")
     if trigger is not None and (not isinstance(trigger, str) or not trigger.strip()):
-        raise fail("trigger", f"expected a topic or channel name, found {trigger!r}")
+        raise fail("trigger", f"expected a topic or channel name, found {clip(trigger)}")
     if "min_interarrival" in d:
         if trigger is None:
             raise fail("min_interarrival", "only for a task with a 'trigger'; a periodic task gives 'period'")
@@ -158,10 +262,10 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
                                     "known in advance)")
     priority = entry.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise fail("priority", f"expected an integer (a lower number is a higher priority), found {priority!r}")
+        raise fail("priority", f"expected an integer (a lower number is a higher priority), found {clip(priority)}")
     criticality = entry.get("criticality", "medium")
     if not isinstance(criticality, str):
-        raise fail("criticality", f"expected a string, found {criticality!r}")
+        raise fail("criticality", f"expected a string, found {clip(criticality)}")
     try:
         return Task(name=name, period_ns=d["period"], wcet_ns=d["wcet"], deadline_ns=d.get("deadline"),
                     offset_ns=d.get("offset", 0), priority=priority, jitter_ns=d.get("jitter", 0),
@@ -176,11 +280,11 @@ def _task_entries(raw: Any, source: str) -> list[Mapping[str, Any]]:
         entries = []
         for name, fields in raw.items():
             if not isinstance(fields, Mapping):
-                raise ConfigError(source, f"task '{name}': expected a mapping of fields, found {type(fields).__name__}",
-                                  task=str(name))
+                raise ConfigError(source, f"task '{_key(name)}': expected a mapping of fields, found "
+                                          f"{type(fields).__name__}", task=str(name))
             if "name" in fields and fields["name"] != name:
-                raise ConfigError(source, f"task '{name}': name: the key says '{name}' but name says "
-                                          f"{fields['name']!r}", task=str(name), field="name")
+                raise ConfigError(source, f"task '{_key(name)}': name: the key says '{_key(name)}' but name says "
+                                          f"{clip(fields['name'])}", task=str(name), field="name")
             entries.append({"name": name, **fields})
         return entries
     if isinstance(raw, list):
@@ -217,8 +321,37 @@ def parse_chains(raw: Any, names: set[str], source: str) -> list[Chain]:
             if m not in names:
                 raise ConfigError(source, f"chain '{name}': tasks: no task is named '{m}'"
                                           f"{_suggest(m, tuple(sorted(names)))}", task=m, field="tasks")
-        chains.append(Chain(name, tuple(members)))
+        _check_acyclic(source, name, members)
+        deadline = None
+        if entry.get("deadline") is not None:
+            deadline = _chain_deadline(source, name, entry["deadline"], members)
+        chains.append(Chain(name, tuple(members), deadline))
     return chains
+
+
+def _check_acyclic(source: str, name: str, members: list[str]) -> None:
+    """A chain is a path: data flows from each task to the next, so no task appears twice in it."""
+    seen: set[str] = set()
+    for m in members:
+        if m in seen:
+            raise ConfigError(source, f"chain '{name}': tasks: '{m}' appears twice; a chain lists distinct tasks "
+                                      f"in data-flow order (a cycle has no end-to-end latency)", task=m,
+                              field="tasks")
+        seen.add(m)
+
+
+def _chain_deadline(source: str, name: str, value: object, members: list[str]) -> int:
+    """A run-time chain's end-to-end deadline: a positive duration over two or more distinct tasks."""
+    try:
+        ns = parse_duration(value, what="deadline")
+    except DurationError as e:
+        raise ConfigError(source, f"chain '{name}': {e}", field="deadline") from None
+    if ns <= 0:
+        raise ConfigError(source, f"chain '{name}': deadline: must be positive, found {value!r}", field="deadline")
+    if len(members) < 2 or len(set(members)) < len(members):
+        raise ConfigError(source, f"chain '{name}': tasks: a chain with a deadline runs two or more distinct tasks "
+                                  f"in order, found {members!r}", field="tasks")
+    return ns
 
 
 def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task], list[Chain]]:
@@ -229,7 +362,7 @@ def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task],
     if policy is None:
         raise ConfigError(source, f"policy: missing; expected one of {', '.join(POLICIES)}", field="policy")
     if not isinstance(policy, str) or policy.strip().lower() not in POLICIES:
-        raise ConfigError(source, f"policy: unknown policy {policy!r}; expected one of {', '.join(POLICIES)}",
+        raise ConfigError(source, f"policy: unknown policy {clip(policy)}; expected one of {', '.join(POLICIES)}",
                           field="policy")
     policy = policy.strip().lower()
     if doc.get("tasks") is None:
@@ -237,6 +370,9 @@ def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task],
     entries = _task_entries(doc["tasks"], source)
     if not entries:
         raise ConfigError(source, "tasks: the list is empty", field="tasks")
+    if len(entries) > MAX_TASKS:
+        raise ConfigError(source, f"tasks: {len(entries)} tasks; at most {MAX_TASKS} are supported (the "
+                                  f"schedulability analysis takes time quadratic in the task count)", field="tasks")
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
@@ -251,10 +387,22 @@ def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task],
     except TaskError as e:
         msg = str(e) if f"policy {policy}" in str(e) else f"{e} (policy {policy})"
         raise ConfigError(source, msg, task=e.task, field=e.field) from None
-    chains = parse_chains(doc.get("chains"), set(seen), source)
+    raw_chains = doc.get("chains")
+    if isinstance(raw_chains, list) and len(raw_chains) > MAX_CHAINS:
+        raise ConfigError(source, f"chains: {len(raw_chains)} chains; at most {MAX_CHAINS} are supported",
+                          field="chains")
+    chains = parse_chains(raw_chains, set(seen), source)
+    try:
+        apply_chains(tasks, chains, policy)   # a chain that cannot run (budgets above its deadline, ...) fails here
+    except TaskError as e:
+        raise ConfigError(source, str(e), task=e.task, field="chains") from None
     return policy, tasks, chains
 
 
 def load_taskset(path: str | Path) -> tuple[str, list[Task], list[Chain]]:
-    """``load_yaml`` then ``parse_taskset``."""
-    return parse_taskset(load_yaml(path), str(path))
+    """``load_yaml``, the top-level keys checked as ``parse_stack`` checks them, then ``parse_taskset``."""
+    from .stack import check_top_level_keys   # stack.py imports this module
+
+    doc = load_yaml(path)
+    check_top_level_keys(doc, str(path))
+    return parse_taskset(doc, str(path))

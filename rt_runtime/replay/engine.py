@@ -20,6 +20,7 @@ WallClock (``--speed X``) messages are fed at X times their recorded pace; timin
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 import time
@@ -31,7 +32,7 @@ from typing import Any, Callable, Sequence
 from ..analysis.hardware import hardware_report
 from ..analysis.trace_stats import TaskTimes, task_times
 from ..bag import BagError, BagWriter, open_bag
-from ..config.stack import StackConfig, build_bindings
+from ..config.stack import StackConfig, build_bindings, run_chains
 from ..exec.warmup import warm_up
 from ..io.egress import diagnostics
 from ..safety.degrade import STATES
@@ -126,7 +127,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            progress: bool = False, until_s: float | None = None,
            quality: Callable[..., dict[str, Any]] | None = None,
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
-           speculate: bool | None = None, timing: str = "budget", hardware: bool = True) -> ReplayResult:
+           speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
+           replace: bool = False, stop: Callable[[], str | None] | None = None) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -139,6 +141,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     hardware timeline, ``ReplayResult.hardware``).
     ``speculate``: None runs the config's ``speculate:`` keys as they say (``enabled``), True turns them
     all on, False off (speculation runs in slack on the virtual clock or in worker threads).
+    ``out`` is written into a temporary sibling and renamed on success (``replace``: over an existing
+    bag); an exception removes it. ``stop`` is polled before each input message (it returns a signal
+    name once one arrived): the replay then ends after the message before, the output bag is closed
+    readable and marked partial, the trace's metadata says ``"partial": true``, and
+    ``ReplayResult.extra["interrupted"]`` names the signal.
     """
     from .outputs import OutputCollector
 
@@ -166,16 +173,17 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     clock = VirtualClock() if virtual else WallClock(rate=float(speed))
     ring = TraceRing(1 << 20)
     parts: list[TraceColumns] = []
-    writer = BagWriter(out, out_format) if out is not None else None
-    if writer is not None:
-        writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
+    writer: BagWriter | None = None   # created once the stack is built and warm (below)
     if retain_channels is None:
         retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
     collector = OutputCollector(cfg.egress, cfg.frame, reader.start_ns, writer, retain=quality is not None,
                                 retain_channels=retain_channels)
     ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
+    chains, notes = run_chains(cfg, bindings)
+    for note in notes:
+        print(f"rt-runtime replay: note: {note}", file=sys.stderr)
     rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
-                 sink=ring, egress=collector.on_publish,
+                 sink=ring, egress=collector.on_publish, chains=chains,
                  # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
                  threaded=False if virtual else (workers > 1 or any(b.speculate is not None for b in bindings)),
                  realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
@@ -219,6 +227,16 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         run_until(t_ns)
         collector.flush(t_ns)
 
+    if out is not None:   # only now: a stack that fails to build leaves nothing at ``out``
+        writer = BagWriter(out, out_format, replace=replace)
+        try:
+            writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
+            collector.attach(writer)
+        except BaseException:
+            writer.abort()
+            raise
+    interrupted: str | None = None
+    bag_ns, last_ns = duration_ns, 0
     gc.collect()
     gc.freeze()  # what exists now is never collected: a full collection cannot stall a job mid-run
     wall0 = time.perf_counter()
@@ -230,6 +248,10 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         feed = decoded_feed(reader, wanted, duration_ns)
         triggers = rt.sched.triggers
         for item in prefetched(feed):  # decoding overlaps the jobs (a second core), in order
+            if stop is not None and stop():   # a signal (its handler only set a flag): end after the last message
+                interrupted, duration_ns = stop(), last_ns
+                break
+            last_ns = item.t_ns
             # On the virtual clock a message that triggers no task goes onto the timeline ahead of
             # time: the runtime then knows it is coming, and slack is not cut at every odometry tick.
             if item.t_ns > 0 and (not virtual or any(ch in triggers for ch in item.route.channels.values())):
@@ -250,12 +272,17 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             if quality is not None and item.route.codec == "odometry":
                 ego.append((item.log_ns, item.value["value"]))
         advance(duration_ns)
+    except BaseException:
+        if writer is not None:   # an error mid-run: nothing is left at ``out``, a rerun starts clean
+            writer.abort()
+        raise
     finally:
         gc.unfreeze()
         rt.close()
         reader.close()
         if writer is not None:
-            writer.close()
+            writer.close(partial=f"interrupted by {interrupted} after {duration_ns / 1e9:.3f} s of "
+                         f"{bag_ns / 1e9:.3f} s" if interrupted else None)
     wall = time.perf_counter() - wall0
     if progress:
         print(file=sys.stderr)
@@ -270,7 +297,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                                       "rank": rt.sched.tasks[b.name].prio,
                                       "trigger": b.task.trigger} for b in bindings}}
     if trace is not None:
-        save_trace(trace, cols, {**meta, "lost_events": ring.lost})
+        cut = {"partial": True, "interrupted": interrupted, "bag_duration_s": bag_ns / 1e9} if interrupted else {}
+        save_trace(trace, cols, {**meta, "lost_events": ring.lost, **cut})
     times = task_times(cols)
     measured = cols.kind == EventKind.MEASURED
     # What the ops really took: under budget timing the trace's execution times are the budgets.
@@ -289,8 +317,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             for tr in monitor.machine.transitions]}
     if retain_channels:
         result.extra["channels"] = collector.channels
-    if quality is not None:
-        extra = {"channels": collector.channels, "cfg": cfg} if retain_channels else {}
+    if interrupted:
+        result.extra.update(interrupted=interrupted, bag_duration_s=bag_ns / 1e9)
+    if quality is not None and not interrupted:   # measured over a whole bag only
+        ran = dataclasses.replace(cfg, chains=[c for c in cfg.chains if c.deadline_ns is None] + chains)
+        extra = {"channels": collector.channels, "cfg": ran} if retain_channels else {}
         result.quality = quality(bag_path, collector.retained, reader.start_ns, ego, **extra)
     return result
 

@@ -68,8 +68,16 @@ class OutputCollector:
         # channel -> [(t, array)]: copies of other channels' publications (not written, not hashed)
         self.channels: dict[str, list[tuple[int, np.ndarray]]] = {c: [] for c in retain_channels}
         if writer is not None:
-            for r in self.routes:
-                writer.add_topic(r.topic, EGRESS_CODECS[r.codec].msgtype)
+            self.attach(writer)
+
+    def attach(self, writer: BagWriter) -> None:
+        """Write into ``writer`` from now on (its egress topics are declared here, in topic order).
+
+        A replay attaches its output bag only once the stack is built and warm: a failure before
+        that leaves nothing at the output path."""
+        self.writer = writer
+        for r in self.routes:
+            writer.add_topic(r.topic, EGRESS_CODECS[r.codec].msgtype)
 
     def on_publish(self, channel: str, t_ns: int, seq: int, data: Any) -> None:
         """The runtime's egress hook: keep a copy of what became visible at ``t_ns``."""

@@ -28,7 +28,7 @@ from rclpy.signals import SignalHandlerOptions  # noqa: E402
 
 from ..bag import to_cdr  # noqa: E402 - (all below: after the environment is set)
 from ..config import ConfigError
-from ..config.stack import build_bindings, parse_remap
+from ..config.stack import build_bindings, parse_remap, run_chains
 from ..core.units import DurationError, parse_duration
 from ..exec.warmup import warm_up
 from ..io import EGRESS_CODECS, INGRESS_CODECS
@@ -88,7 +88,7 @@ class LiveRuntime:
         kwargs = {"sink": self.ring} if self.ring is not None else {}
         try:
             self.rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, threaded=not self.sim,
-                              channels=cfg.channels, egress=self.pump.on_publish,
+                              channels=cfg.channels, egress=self.pump.on_publish, chains=run_chains(cfg, bindings)[0],
                               realtime=bool(p["realtime"]) and not self.sim, **kwargs)
         except ValueError as e:
             raise StartError(f"{cfg.source}: {e}") from None

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..bag import BagError, open_bag
-from ..config.stack import StackConfig, build_bindings
+from ..config.stack import StackConfig, build_bindings, run_chains
 from ..core.tensor import Dim
 from ..io import INGRESS_CODECS, IngressError
 from ..io.ingress import decode
@@ -208,7 +208,7 @@ class Harness:
             rt = Runtime(self.bindings, policy=self.cfg.policy, clock=VirtualClock(), workers=self.cfg.workers,
                          channels=self.cfg.channels, sink=_Keep(rec.events), egress=self._egress(rec),
                          threaded=False, realtime=False, cost=self.injector.cost(base_cost or self._cost),
-                         stall_after_ns=self.stall_after_ns)
+                         stall_after_ns=self.stall_after_ns, chains=run_chains(self.cfg, self.bindings)[0])
             mon = SafetyMonitor(rt, self.planner, DegradeStateMachine(**({"clear_after": self.clear_after}
                                                                          if self.clear_after else {})),
                                 periods=self.scenario.periods(), **self.monitor_kw).install()

@@ -40,7 +40,8 @@ class TaskBinding:
     outputs: Mapping[str, str] = field(default_factory=dict)
     fallback: Graph | None = None
     on_miss: Reaction | str = Reaction.SKIP
-    on_overrun: Reaction | str | None = None   # None: the same as on_miss
+    # An overrun that still meets its deadline changes nothing unless the user asks for a reaction.
+    on_overrun: Reaction | str | None = None   # None: none (count and trace only)
     group: str | None = None                   # degrade switches the whole group
     recover_after: int = 3                     # clean cycles in fallback before switching back
     publish: Publish | str = Publish.LET
@@ -67,7 +68,7 @@ class TaskBinding:
         object.__setattr__(self, "op_budgets", dict(self.op_budgets))
         object.__setattr__(self, "on_miss", Reaction(self.on_miss))
         object.__setattr__(self, "on_overrun", Reaction(self.on_overrun if self.on_overrun is not None
-                                                        else self.on_miss))
+                                                        else Reaction.NONE))
         object.__setattr__(self, "publish", Publish(self.publish))
         need = {s.name for s in g.inputs}
         if set(self.inputs) != need:

@@ -24,6 +24,7 @@ STALL      worker                                      op index that has not ret
 COMPARE    verdict (``COMPARE_*``; redundant tasks)     copies run
 SAFETY     safety state after it (0/1/2, ``safety``)    reason (``safety.degrade.REASONS``)
 MEASURED   op index (the last of the step)             what the step took on this machine (ns)
+CHAIN      the predecessor's job index                 the member's place in its chain
 =========  ==========================================  ===================================
 """
 from __future__ import annotations
@@ -54,6 +55,7 @@ class EventKind(IntEnum):
     COMPARE = 15  # a redundant job compared (and maybe voted on) its copies' outputs
     SAFETY = 16   # the safety supervisor changed state: nominal / degraded / minimal-risk
     MEASURED = 17  # budget timing: the CPU time an op really took, at its logical start (hardware timeline)
+    CHAIN = 18     # a chain member released by its predecessor's finish (which job of the predecessor)
 
 
 # Reaction codes (``a`` of REACTION).

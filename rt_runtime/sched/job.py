@@ -11,9 +11,10 @@ if TYPE_CHECKING:
     from .channel import Channel, Slot
 
 # Job states. A job is READY (queued, not started), RUNNING (a worker's current job), PREEMPTED
-# (queued, started), FINISHED (done, waiting for its deadline to publish), DONE or ABORTED.
-READY, RUNNING, PREEMPTED, FINISHED, DONE, ABORTED = range(6)
-STATE_NAMES = ("ready", "running", "preempted", "finished", "done", "aborted")
+# (queued, started), FINISHED (done, waiting for its deadline to publish), DONE or ABORTED; a chain
+# member's job is WAITING (inputs snapshotted, not yet released) until its predecessor finishes.
+READY, RUNNING, PREEMPTED, FINISHED, DONE, ABORTED, WAITING = range(7)
+STATE_NAMES = ("ready", "running", "preempted", "finished", "done", "aborted", "waiting")
 
 COUNTERS = ("released", "started", "finished", "published", "missed", "overruns", "skipped", "aborted",
             "degraded", "recovered", "dropped_releases", "no_input", "preemptions", "errors", "stalls",
@@ -53,6 +54,10 @@ class TaskState:
         self.mode = 0                        # 0: primary graph, 1: fallback
         self.clean = 0                       # consecutive clean jobs (for recovery)
         self.c = dict.fromkeys(COUNTERS, 0)  # counters, exposed by stats()
+        self.chain: Any = None               # the run-time chain it belongs to (sched.chains.ChainState)
+        self.chain_pos = 0                   # its place in that chain (0: the head)
+        self.chain_in: list[tuple] = []      # (graph input, channel, reader, member, output index) handed over
+        self.chain_timeout = 0               # released on its own after this long without a chain release
 
     def stats(self) -> dict[str, Any]:
         """Counters plus the current mode."""
@@ -88,6 +93,7 @@ class RunJob(Job):
     drop = False          # skip: the output will not be published
     abort_req = False     # abort at the next op boundary
     late_ok = False       # reaction "none" to a miss: publish late, at finish
+    chain_run: Any = None  # the chain instance the job belongs to (sched.chains.ChainRun)
 
     def __init__(self, ts: TaskState, index: int, release_ns: int, deadline_ns: int, pkey: tuple) -> None:
         self.task = ts.task

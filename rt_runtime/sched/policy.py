@@ -6,6 +6,8 @@ ends with (absolute deadline, task name, release), all plain values.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import warnings
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -59,15 +61,38 @@ def as_policy(p: Policy | str) -> Policy:
 
 
 def partition(tasks: Sequence[Task], workers: int, explicit: Mapping[str, int] | None = None,
-              capacity: float = 1.0) -> dict[str, int]:
+              capacity: float = 1.0, together: Sequence[Sequence[str]] = ()) -> dict[str, int]:
     """Assign tasks to workers: explicit choices first, then first-fit decreasing by utilization.
 
-    A task that fits nowhere under ``capacity`` goes to the least-loaded worker, with a warning:
-    the analysis, not the partitioner, is the place to reject an overloaded set.
+    Each group in ``together`` (a run-time chain) is placed as one item, its members' utilizations
+    summed, on the worker one of them was given explicitly if any: a chain hands its data over
+    at zero logical delay and runs one member at a time, so splitting it gains nothing. A task that
+    fits nowhere under ``capacity`` goes to the least-loaded worker, with a warning: the analysis,
+    not the partitioner, is the place to reject an overloaded set.
     """
+    by_name = {t.name: t for t in tasks}
+    explicit = dict(explicit or {})
+    grouped: dict[str, list[Task]] = {}
+    for names in together:
+        members = [by_name[n] for n in names if n in by_name]
+        given = {explicit[n] for n in names if n in explicit}
+        if len(given) > 1:
+            continue   # the user split the chain on purpose
+        if given:
+            w = given.pop()
+            explicit.update({m.name: w for m in members})
+            continue
+        grouped[members[0].name] = members
+    if grouped:
+        inside = {m.name for ms in grouped.values() for m in ms}
+        units = [t for t in tasks if t.name not in inside] + [
+            dataclasses.replace(ms[0], wcet_ns=sum(m.wcet_ns for m in ms), period_ns=ms[0].period_ns)
+            for ms in grouped.values()]
+        placed = partition(units, workers, explicit, capacity)
+        return {**{t.name: placed[t.name] for t in tasks if t.name not in inside},
+                **{m.name: placed[head] for head, ms in grouped.items() for m in ms}}
     if workers < 1:
         raise ValueError(f"workers must be >= 1, found {workers}")
-    explicit = dict(explicit or {})
     load = [0.0] * workers
     out: dict[str, int] = {}
     for t in tasks:

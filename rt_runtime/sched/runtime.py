@@ -25,6 +25,7 @@ import threading
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..core.chain import Chain, apply_chains
 from ..core.task import Task
 from ..device.base import Device
 from ..exec.executor import GraphExecutor
@@ -50,7 +51,7 @@ class Runtime:
                  sink: EventSink | None = None, egress: Egress | None = None, device: Device | None = None,
                  realtime: bool | None = None, cpus: Sequence[int] | None = None, rt_priority: int = 50,
                  max_active: int = 2, stall_after_ns: int | None = None, on_stall: StallHook | None = None,
-                 check_inputs: bool = True, capture: bool = False) -> None:
+                 check_inputs: bool = True, capture: bool = False, chains: Sequence[Chain] = ()) -> None:
         self.clock: Any = clock if clock is not None else VirtualClock()
         virtual = self.clock.virtual
         self.threaded = (workers > 1 and not virtual) if threaded is None else threaded
@@ -83,9 +84,22 @@ class Runtime:
         if dup:
             raise ValueError(f"task names must be unique; repeated: {dup}")
         self.policy = as_policy(policy)
+        chains = [c for c in chains if c.deadline_ns is not None]
+        timeouts: dict[str, int] = {}
+        if chains:   # members run with their share of the chain's deadline and its head's rate (core/chain.py)
+            spec = sorted(n for c in chains for n in c.tasks if any(b.name == n and b.speculate for b in bindings))
+            if spec:
+                raise ValueError(f"tasks {spec} speculate: a chain member's next release is not known in advance; "
+                                 f"take them out of their chain or turn speculation off")
+            # A member with a period of its own runs on its own when its chain leaves it idle for 1.5 periods.
+            timeouts = {b.name: b.task.period_ns * 3 // 2 for b in bindings if b.task.trigger is None}
+            run_tasks = {t.name: t for t in apply_chains([b.task for b in bindings], chains, self.policy.name)}
+            bindings = [b if run_tasks[b.name] is b.task else dataclasses.replace(b, task=run_tasks[b.name])
+                        for b in bindings]
         task_list = [b.task for b in bindings]
         prios = self.policy.priorities(task_list)
-        where = partition(task_list, workers, {b.name: b.worker for b in bindings if b.worker is not None})
+        where = partition(task_list, workers, {b.name: b.worker for b in bindings if b.worker is not None},
+                          together=[c.tasks for c in chains])
         self.channels = self._build_channels(channels, bindings)
 
         states = []
@@ -111,7 +125,8 @@ class Runtime:
         # Budget timing (a machine-independent cost model on a VirtualClock): the schedule is logical.
         self.logical = bool(virtual and getattr(self.cost, "logical", False))
         self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
-                               egress, max_active, logical=self.logical)
+                               egress, max_active, logical=self.logical, chains=chains,
+                               chain_timeouts=timeouts)
         self.sched.watchdog.on_stall = on_stall
         for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
             for ex in ts.executors:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
+from .chains import arm_timeout, chain_bound, miss_waiting, open_instance, release_next, timeout
 from .channel import Channel
 from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
-from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, RunJob, TaskState
+from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
 from .policy import Policy
 
 Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
@@ -33,7 +34,8 @@ class Scheduler:
     """Task and channel state, and the handling of every timeline event (see the module docstring)."""
 
     def __init__(self, tasks: list[TaskState], channels: dict[str, Channel], policy: Policy,
-                 sink: EventSink, egress: Egress | None, max_active: int, logical: bool = False) -> None:
+                 sink: EventSink, egress: Egress | None, max_active: int, logical: bool = False,
+                 chains: Sequence[Any] = (), chain_timeouts: Mapping[str, int] | None = None) -> None:
         from .watchdog import Watchdog
 
         self.tasks = {ts.name: ts for ts in tasks}
@@ -62,11 +64,16 @@ class Scheduler:
         self.watchdog = Watchdog(self)
         self.speculators: list[Any] = []   # tasks whose binding asks for speculation (safety.speculation)
         self.written_channels = {ch.name for ts in tasks for _, ch in ts.writers}
+        self.chains = chain_bound(tasks, list(chains), chain_timeouts)   # run-time chains (sched.chains)
+        self.timeouts = 0   # chain members' timeout entries so far (their unique, negative index)
         for ts in tasks:
             sp = ts.binding.speculate
             ts.spec = sp.bind(ts, self) if sp is not None else None
             if ts.spec is not None:
                 self.speculators.append(ts.spec)
+            if ts.chain_pos > 0:
+                arm_timeout(self, ts, ts.offset)   # released by its chain predecessor's finish
+                continue
             if ts.triggered:
                 self.triggers.setdefault(ts.task.trigger, []).append(ts)   # type: ignore[arg-type]
             else:
@@ -135,9 +142,12 @@ class Scheduler:
     # ---- the timeline -----------------------------------------------------------------------
     def process(self, entry: tuple) -> None:
         """Handle one timeline entry (already popped)."""
-        t, phase, _, _, payload = entry
+        t, phase, _, index, payload = entry
         if phase == 2:
-            self.release(payload, t)
+            if index < 0:
+                timeout(self, payload, t)   # a chain member not released by its chain for its own period
+            else:
+                self.release(payload, t)
         elif phase == 0:
             self.deadline(payload, t)
         else:
@@ -167,6 +177,9 @@ class Scheduler:
         if ts.triggered:
             ts.pending_release = False
             ts.last_release = r
+        elif ts.chain_pos > 0:   # a chain member released on its own (sched.chains.timeout)
+            ts.last_release = r
+            arm_timeout(self, ts, r)
         else:
             _push(self.timeline, (r + ts.period, 2, ts.name, idx + 1, ts))
         c = ts.c
@@ -221,6 +234,8 @@ class Scheduler:
         ex = job.executor = ts.executors[mode]
         job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
         ts.active += 1
+        if ts.chain is not None and ts.chain_pos == 0:
+            open_instance(self, job, r)   # the whole chain publishes at r + its deadline
         _push(self.timeline, (job.deadline_ns, 0, ts.name, idx, job))
         if ts.spec is not None and ts.spec.on_release(job, r):
             # A cached hypothesis matched: its outputs are committed, the job finished at r. Its worker,
@@ -229,12 +244,15 @@ class Scheduler:
             if cond is not None:
                 cond.notify()
         else:
-            w = self.workers[ts.worker]
-            _push(w.ready, (job.pkey, job))
-            if w.cond is not None:
-                w.cond.notify()
+            self.queue(self.workers[ts.worker], job)
         if ts.trigger is not None and ts.trigger[0].unread(ts.trigger[1]):
             self.trigger(ts, r)   # more queued messages: the next release, one inter-arrival later
+
+    def queue(self, w: Any, job: RunJob) -> None:
+        """Put a released job on its worker's ready queue (and wake the worker's thread, if any)."""
+        _push(w.ready, (job.pkey, job))
+        if w.cond is not None:
+            w.cond.notify()
 
     def deadline(self, job: RunJob, t: int) -> None:
         """At release + deadline: publish a finished job's outputs, or declare a miss and react."""
@@ -254,6 +272,8 @@ class Scheduler:
             self.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} missed its deadline")
             self.emit(_K.MISS, t, ts.name, job.index, job.worker if st != READY else -1, job.ops_done)
             self.watchdog.react(job, ts.on_miss, t)
+        elif st == WAITING:
+            miss_waiting(self, job, t)
 
     def publish(self, job: RunJob, t: int, at_finish: bool) -> None:
         """Make a job's outputs visible on its channels at ``t`` (LET write) and hand them to egress."""
@@ -319,6 +339,8 @@ class Scheduler:
             self.publish(job, t, True)
         else:
             job.state = FINISHED
+        if job.chain_run is not None:
+            release_next(self, job, t)
 
     def abort(self, job: RunJob, t: int) -> None:
         """Cancel a job: at once if it is queued, at its next op boundary if it is running."""
@@ -343,6 +365,8 @@ class Scheduler:
         job.state = ABORTED
         ts.c["aborted"] += 1
         self.emit(_K.ABORT, t, ts.name, job.index, worker, job.ops_done)
+        if job.chain_run is not None:
+            release_next(self, job, t)
 
     def _cancel_outputs(self, job: RunJob) -> None:
         for (_, ch), slot in zip(job.ts.writers, job.outs):

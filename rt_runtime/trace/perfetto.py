@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..outpaths import write_atomic
 from ..sched.events import EventKind as K
 from .ring import TraceColumns
 
@@ -79,10 +80,7 @@ def to_chrome_events(cols: TraceColumns, meta: dict[str, Any]) -> list[dict[str,
 
 
 def write_perfetto(path: str | Path, cols: TraceColumns, meta: dict[str, Any]) -> Path:
-    """Write the Chrome/Perfetto JSON file; returns its path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the Chrome/Perfetto JSON file (atomically: through a temporary sibling); returns its path."""
     doc = {"traceEvents": to_chrome_events(cols, meta), "displayTimeUnit": "ms",
-           "metadata": {k: v for k, v in meta.items() if k in ("config", "clock", "bag")}}
-    path.write_text(json.dumps(doc))
-    return path
+           "metadata": {k: v for k, v in meta.items() if k in ("config", "clock", "bag", "partial")}}
+    return write_atomic(path, json.dumps(doc))

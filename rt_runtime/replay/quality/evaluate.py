@@ -38,16 +38,19 @@ from .motion import planning_quality, tracking_quality
 
 # ---- from a replay's outputs -----------------------------------------------------------------------
 def _producer(cfg: Any, channel: str, codec: str) -> tuple[int, str] | None:
-    """(relative deadline ns, input topic) of the task writing ``channel`` and its ``codec`` input."""
+    """(read-to-publish interval ns, input topic) of the task writing ``channel`` and its ``codec`` input:
+    under LET a job reads at its release and publishes its deadline later; a chain member reads at the
+    chain's release and publishes with the chain, its deadline later."""
     if cfg is None:
         return None
     by_channel = {ch: r.topic for r in cfg.ingress if r.codec == codec for ch in r.channels.values()}
+    chained = {n: c.deadline_ns for c in cfg.chains if c.deadline_ns is not None for n in c.tasks}
     for task in cfg.tasks:
         e = cfg.entries[task.name]
         if channel in (e.get("outputs") or {}).values():
             for ch in (e.get("inputs") or {}).values():
                 if ch in by_channel:
-                    return int(task.deadline), by_channel[ch]
+                    return int(chained.get(task.name, task.deadline)), by_channel[ch]
     return None
 
 
@@ -159,7 +162,12 @@ def quality_from_outputs(bag_path: str | Path, retained: dict[str, list[tuple[in
 
     markers = retained.get("markers", [])
     tracks = [(start_ns + t, v["tracks"][: int(v["count"].reshape(-1)[0])]) for t, v in markers]
-    detection = detection_quality([(t, rows, ego_xy(t)) for t, rows in tracks], gt)
+    # Each track set is judged at its state's own time (the odometry stamp the tracker predicted to),
+    # not at its publish instant: how late an output becomes visible is the data age's business.
+    state_t = _series(channels, TRACK_TIME)
+    t_states = [int(round(float(state_t[t].reshape(-1)[0]) * 1e9)) if t in state_t else t_abs
+                for (t, _v), (t_abs, _rows) in zip(markers, tracks)]
+    detection = detection_quality([(ts, rows, ego_xy(ts)) for ts, (_, rows) in zip(t_states, tracks)], gt)
 
     visible: dict[int, set[int]] = {}
     reader = None
@@ -182,11 +190,9 @@ def quality_from_outputs(bag_path: str | Path, retained: dict[str, list[tuple[in
             reader.close()
 
     # Tracking: each track set at its state's time (the odometry stamp it was predicted to).
-    state_t = _series(channels, TRACK_TIME)
     sweeps = np.array(sorted(visible), np.int64)
     track_frames = []
-    for (t, _v), (t_abs, rows) in zip(markers, tracks):
-        t_state = int(round(float(state_t[t].reshape(-1)[0]) * 1e9)) if t in state_t else t_abs
+    for t_state, (_, rows) in zip(t_states, tracks):
         g = gt_at(gt, times, t_state)
         if len(path):
             xe, ye, _ = path.pose(t_state)

@@ -1,0 +1,181 @@
+"""Run-time chains: one LET interval for a whole chain of tasks (docs/CYCLE.md, "Chains").
+
+At the head's release r an instance opens: every member's job is created, each snapshots the
+inputs it does not get from an earlier member (the chain reads the world at r), and all of them
+will publish at r + D. The head is queued at once; member k waits (``WAITING``) until member k-1's
+job of the instance finishes, then is released at that instant and reads the earlier members'
+outputs of the instance directly from their reserved slots (pinned until it finishes). If an
+earlier member's job failed or was aborted, member k reads that channel's last published value
+instead (stale) and runs anyway: a planner still plans when a detector fails. A member still
+waiting at r + D misses like any job (its reaction applies) and is never released.
+
+A member that has a period of its own (a planner; not a task triggered by its predecessor's
+output) is also released on its own, reading the channels, whenever its chain has not released it
+for one and a half of its periods: a planner keeps planning (in its minimal-risk mode, if the safety
+supervisor says so) when the LiDAR that heads its chain falls silent.
+
+These functions are the scheduler's hooks for chains; they run where the scheduler runs (under
+its lock when threaded) and allocate only per instance, not per op.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .events import DROP_BACKLOG, DROP_NO_INPUT, EventKind
+from .job import ABORTED, READY, WAITING, RunJob, TaskState
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+_K = EventKind
+CHAIN_RELEASE = 2   # ``b`` of a RELEASE event: released by its chain predecessor's finish
+
+
+class ChainState:
+    """A chain as the scheduler runs it: its members in order, its deadline, each member's hop deadline."""
+
+    def __init__(self, name: str, members: list[TaskState], deadline_ns: int) -> None:
+        self.name = name
+        self.members = members
+        self.deadline_ns = deadline_ns
+        # D_1 + ... + D_k: member k's hop deadline is r + hop_end[k] (its task's deadline, core/chain.py)
+        self.hop_end = [ts.deadline for ts in members]
+        for k, ts in enumerate(members):
+            ts.chain, ts.chain_pos = self, k
+        for k, ts in enumerate(members[1:], 1):
+            earlier = {ch.name: (j, i) for j, m in enumerate(members[:k]) for i, (_, ch) in enumerate(m.writers)}
+            ts.chain_in = [(gin, ch, rid, *earlier[ch.name]) for gin, ch, rid in ts.readers if ch.name in earlier]
+            if not ts.chain_in:
+                raise ValueError(f"chain '{name}': task '{ts.name}' reads nothing that "
+                                 f"{', '.join(repr(m.name) for m in members[:k])} write(s)")
+
+
+class ChainRun:
+    """One instance of a chain: the jobs of its members (None where a member could not be released)."""
+
+    __slots__ = ("chain", "release_ns", "end_ns", "jobs")
+
+    def __init__(self, chain: ChainState, release_ns: int) -> None:
+        self.chain = chain
+        self.release_ns = release_ns
+        self.end_ns = release_ns + chain.deadline_ns
+        self.jobs: list[RunJob | None] = [None] * len(chain.members)
+
+
+def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
+    """The head's job was released at ``r``: create the other members' jobs, snapshotting their inputs now."""
+    chain: ChainState = head.ts.chain
+    run = ChainRun(chain, r)
+    run.jobs[0] = head
+    head.chain_run = run
+    head.deadline_ns = run.end_ns   # published with the whole chain
+    for k in range(1, len(chain.members)):
+        ts = chain.members[k]
+        idx = ts.next_index
+        ts.next_index = idx + 1
+        if ts.active >= s.max_active:
+            ts.c["dropped_releases"] += 1
+            s.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
+            return   # the rest of the chain cannot run either
+        job = RunJob(ts, idx, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r))
+        job.state = WAITING
+        job.chain_run = run
+        handed = {gin for gin, *_ in ts.chain_in}
+        inputs = job.inputs = {}
+        pins = job.pins = []
+        for gin, ch, rid in ts.readers:
+            if gin in handed:
+                continue
+            slot = ch.read(rid)
+            if slot is None:
+                for ch2, s2 in pins:
+                    ch2.unpin(s2)
+                ts.c["no_input"] += 1
+                s.emit(_K.DROP, r, ts.name, idx, DROP_NO_INPUT, 1)
+                return
+            inputs[gin] = slot.data
+            pins.append((ch, slot))
+        if ts.writers:
+            job.outs = [ch.reserve() for _, ch in ts.writers]
+        job.fallback = ts.mode
+        ex = job.executor = ts.executors[ts.mode]
+        job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
+        ts.active += 1
+        run.jobs[k] = job
+        s.schedule((run.end_ns, 0, ts.name, idx, job))
+
+
+def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
+    """Member ``job`` finished (or ended early) at ``t``: release the next member of its instance now."""
+    run: ChainRun = job.chain_run
+    k = job.ts.chain_pos + 1
+    if k >= len(run.jobs):
+        return
+    nxt = run.jobs[k]
+    if nxt is None or nxt.state != WAITING or t >= run.end_ns:
+        return   # not created, or its miss at the chain's deadline already ended it
+    ts = nxt.ts
+    for gin, ch, rid, j, oi in ts.chain_in:
+        src = run.jobs[j]
+        slot = src.outs[oi] if src is not None and src.state != ABORTED and src.outs else None
+        if slot is not None and slot.index >= 0 and slot.data is not None:
+            slot.refs += 1   # the slot stays this instance's until the reader lets go
+        else:
+            slot = ch.read(rid)   # the producer failed: its last published value, stale
+            if slot is None:
+                ts.c["no_input"] += 1
+                s.emit(_K.DROP, t, ts.name, nxt.index, DROP_NO_INPUT, 1)
+                s.kill(nxt, t, -1)   # which releases the member after it (from the channels)
+                return
+        nxt.inputs[gin] = slot.data
+        nxt.pins.append((ch, slot))
+    nxt.release_ns = t
+    nxt.state = READY
+    ts.c["released"] += 1
+    ts.last_release = t
+    arm_timeout(s, ts, t)
+    if s.tr:
+        s.sink.emit(_K.RELEASE, t, ts.name, nxt.index, ts.worker, CHAIN_RELEASE)
+        s.sink.emit(_K.CHAIN, t, ts.name, nxt.index, job.index, k)
+        s.sink.emit(_K.SNAPSHOT, t, ts.name, nxt.index, len(nxt.inputs), 0)
+    w = s.workers[ts.worker]
+    s.queue(w, nxt)
+
+
+def miss_waiting(s: "Scheduler", job: RunJob, t: int) -> None:
+    """A member never released by the chain's deadline: it misses (its reaction applies), then ends."""
+    ts = job.ts
+    job.missed = True
+    ts.c["missed"] += 1
+    s.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} missed its deadline (chain '{ts.chain.name}')")
+    s.emit(_K.MISS, t, ts.name, job.index, -1, 0)
+    s.watchdog.react(job, ts.on_miss, t)
+    if job.state == WAITING:
+        s.kill(job, t, -1)
+
+
+def chain_bound(tasks: list[Any], chains: list[Any], timeouts: Any = None) -> list[ChainState]:
+    """ChainStates for the run-time chains (those with a deadline), by task states; ``timeouts``: member
+    name -> its own period, after which it is released on its own if its chain has not released it."""
+    by_name = {ts.name: ts for ts in tasks}
+    out = [ChainState(c.name, [by_name[n] for n in c.tasks], int(c.deadline_ns)) for c in chains
+           if c.deadline_ns is not None]
+    for ch in out:
+        for ts in ch.members[1:]:
+            ts.chain_timeout = int((timeouts or {}).get(ts.name, 0))
+    return out
+
+
+def arm_timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
+    """A member with a period of its own is released on its own if nothing releases it by t + its timeout."""
+    if ts.chain_timeout:
+        s.timeouts += 1
+        s.schedule((t + ts.chain_timeout, 2, ts.name, -s.timeouts, ts))
+
+
+def timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
+    """A member's timeout entry: release it on its own (reading the channels) unless it ran since."""
+    if ts.last_release is None or ts.last_release <= t - ts.chain_timeout:
+        s.release(ts, t)
+
+
