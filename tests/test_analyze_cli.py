@@ -123,7 +123,7 @@ def test_analyze_agrees_with_the_replay_summary(tmp_path: Path, capsys: pytest.C
         if len(times.exec_ns):
             assert g["exec_ms"]["max"] == pytest.approx(float(np.max(times.exec_ns)) / 1e6)
     assert len([m for m in doc["misses"] if m["missed"]]) == result.misses
-    assert {c["name"] for c in doc["chains"]} == {"lidar_to_plan"}   # from the config the trace names
+    assert {c["name"] for c in doc["chains"]} == {"lidar_to_plan", "fusion_to_plan"}   # from the config the trace names
     assert doc["chains"][0]["outputs"] > 0
     assert time.perf_counter() - t0 < 30
     assert doc["rta"]["policy"] == "edf" and "verdict" in doc["rta"]

@@ -88,6 +88,13 @@ def on_planning_grid(st: list[int]) -> bool:
     return all(g > 0 and g % (100 * MS) == 0 for g in gaps) and gaps.count(100 * MS) >= 0.8 * len(gaps)
 
 
+def at_lidar_rate(st: list[int]) -> bool:
+    """Stamps of a chain headed by the LiDAR (config/stack.yaml): one per sweep, 10 Hz as the sweeps
+    arrive (not on a grid of their own), most gaps within 20 ms of 100 ms."""
+    gaps = [b - a for a, b in zip(st, st[1:])]
+    return all(g > 0 for g in gaps) and sum(abs(g - 100 * MS) <= 20 * MS for g in gaps) >= 0.8 * len(gaps)
+
+
 def stop(proc: subprocess.Popen, sig: int, log: Path) -> str:
     """Signal the node, expect a clean exit within 20 s; its log."""
     os.killpg(proc.pid, sig)
@@ -173,7 +180,8 @@ def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tm
 def test_injected_overload_makes_the_watchdog_publish_the_degraded_trajectory(short_bag,  # noqa: F811
                                                                               tmp_path) -> None:
     domain, log = DOMAIN + 1, tmp_path / "node.log"
-    args = ["run", "--set", "tasks.planning.deadline=10ms", "--set", "tasks.planning.recover_after=1000"]
+    # The tracks -> trajectory chain squeezed to 20 ms: the planner, its last member, misses and degrades.
+    args = ["run", "--set", "chains.fusion_to_plan.deadline=20ms", "--set", "tasks.planning.recover_after=1000"]
     with cli(args, domain, log) as node, Probe(TOPICS, domain_id=domain) as probe:
         wait_for(log, "SIGINT or SIGTERM stops", node)
 
@@ -206,8 +214,8 @@ def test_sim_time_follows_the_played_clock(short_bag, tmp_path) -> None:  # noqa
         play_through(probe, [str(short_bag), "--clock"], domain, tmp_path / "play.log",
                      lambda: bool(probe.messages("/diagnostics")))
         st = stamps(probe, "/planning/trajectory")
-        assert len(st) >= 15 and on_planning_grid(st), st
-        assert start < st[0] and st[-1] <= end + 100 * MS                 # the bag's time, not the wall's
+        assert len(st) >= 15 and at_lidar_rate(st), [(b - a) // MS for a, b in zip(st, st[1:])]
+        assert start < st[0] and st[-1] <= end + 200 * MS                 # the bag's time, not the wall's
         clock = latest(probe, "rt_runtime: clock")
         assert clock["mode"] == "sim" and clock["jumps_back"] == "0"
         assert start <= stamp_ns(probe.messages("/diagnostics")[-1][1].header.stamp) <= end + 1_000 * MS

@@ -137,13 +137,13 @@ def stack_doc() -> dict:
 
 @pytest.mark.parametrize("chain, message", [
     ({"deadline": "1s"}, "longer than its head's minimum inter-arrival (90 ms)"),
-    ({"deadline": "90"}, "chain 'lidar_to_plan': deadline"),
+    ({"deadline": "90"}, "chain 'fusion_to_plan': deadline"),
     ({"deadline": "50ms", "tasks": ["planning", "planning"]}, "'planning' appears twice"),
     ({"deadline": "50ms", "tasks": ["planning"]}, "two or more distinct tasks"),
 ])
 def test_bad_chains_in_a_config_are_one_line(chain: dict, message: str) -> None:
     doc = stack_doc()
-    doc["chains"][0].update(chain)
+    doc["chains"][1].update(chain)
     with pytest.raises(ConfigError, match="stack.yaml: ") as e:
         parse_stack(doc, "stack.yaml")
     assert message in str(e.value) and "\n" not in str(e.value)
@@ -153,16 +153,17 @@ def test_a_speculating_member_leaves_its_chain(capsys) -> None:
     cfg = parse_stack(stack_doc(), "stack.yaml")
     bindings, _ = build_bindings(cfg, speculate=True)
     chains, notes = run_chains(cfg, bindings)
-    assert [c.tasks for c in chains] == [("lidar_objects", "fusion_tracking", "prediction")]
-    assert notes == ["task 'planning' speculates, so it runs on its own period, outside chain 'lidar_to_plan' "
-                     "(the chain keeps ['lidar_objects', 'fusion_tracking', 'prediction'])"]
+    assert [c.tasks for c in chains] == [("fusion_tracking", "prediction")]
+    assert notes == ["task 'planning' speculates, so it runs on its own period, outside chain 'fusion_to_plan' "
+                     "(the chain keeps ['fusion_tracking', 'prediction'])"]
 
 
 def test_check_bounds_the_reference_chain(capsys) -> None:
     assert main(["check", "config/stack.yaml"]) == 0
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("lidar_to_plan"))
-    assert line.split()[-2:] == ["90.000", "90.000"] and "chain-LET" in out
+    # LiDAR objects' 45 ms, then fusion -> prediction -> planning as one 75 ms interval, released by its publish
+    assert line.split()[-2:] == ["120.000", "120.000"] and "chain-LET" in out
 
 
 def test_a_periodic_member_runs_on_its_own_when_its_chain_falls_silent() -> None:

@@ -31,7 +31,7 @@ event-triggered task further down has no bounded sampling wait, so no bound is g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from ..core.chain import Chain
 from ..core.task import Task
@@ -84,11 +84,19 @@ def let_data_age(tasks: Sequence[Task]) -> int | None:
 
 
 def chain_bounds(chain: Chain, tasks: Mapping[str, Task], response_ns: Mapping[str, int | None],
-                 schedulable: Mapping[str, bool]) -> ChainBounds:
-    """All three bounds of one chain, given each task's response time and verdict."""
+                 schedulable: Mapping[str, bool], runtime_chains: Sequence[Chain] = (),
+                 writes: Mapping[str, Collection[str]] | None = None) -> ChainBounds:
+    """All three bounds of one chain, given each task's response time and verdict.
+
+    ``runtime_chains``: chains run as one LET interval; one that lies inside ``chain`` is one hop of
+    it. ``writes``: task -> channels it writes (the config's wiring); with it, a task triggered by
+    what the task before it writes waits for nothing (it is released by that very publish)."""
     members = [tasks[n] for n in chain.tasks]
     if chain.deadline_ns is not None:
         return _runtime_chain_bounds(chain, members, schedulable)
+    inner = [c for c in runtime_chains if c.deadline_ns is not None and _inside(c.tasks, chain.tasks)]
+    if inner or writes:
+        return _hop_bounds(chain, tasks, schedulable, inner, writes or {})
     late_triggered = [t.name for t in members[1:] if t.is_triggered]
     if late_triggered:
         return ChainBounds(chain.name, chain.tasks, None, None, None,
@@ -117,3 +125,53 @@ def _runtime_chain_bounds(chain: Chain, members: Sequence[Task], schedulable: Ma
     head = members[0]
     return ChainBounds(chain.name, chain.tasks, None, (0 if head.is_triggered else head.period_ns) + d, d,
                        f"run as one LET interval of {d / 1e6:g} ms (chain-LET)")
+
+
+def _inside(part: Sequence[str], whole: Sequence[str]) -> bool:
+    n = len(part)
+    return any(tuple(whole[i:i + n]) == tuple(part) for i in range(len(whole) - n + 1))
+
+
+def _hop_bounds(chain: Chain, tasks: Mapping[str, Task], schedulable: Mapping[str, bool], inner: Sequence[Chain],
+                writes: Mapping[str, Collection[str]]) -> ChainBounds:
+    """LET bounds hop by hop, where a hop is a task or a whole run-time chain (its deadline, its head's
+    period and trigger), and a hop triggered by what the hop before it writes waits for nothing:
+    reaction = sum(wait_k + D_k); data age = sum(D_k) + the time each hop's input stays current
+    before the next reads it (the writer's period; 0 when the reader is released by its publish)."""
+    hops: list[tuple[list[str], int, Task]] = []   # (task names, deadline, head task)
+    i, names = 0, list(chain.tasks)
+    while i < len(names):
+        seg = next((c for c in inner if tuple(names[i:i + len(c.tasks)]) == tuple(c.tasks)), None)
+        if seg is not None:
+            hops.append((list(seg.tasks), int(seg.deadline_ns), tasks[seg.tasks[0]]))   # type: ignore[arg-type]
+            i += len(seg.tasks)
+        else:
+            hops.append(([names[i]], tasks[names[i]].deadline, tasks[names[i]]))
+            i += 1
+    missing = [n for n in chain.tasks if not schedulable.get(n, False)]
+    if missing:
+        return ChainBounds(chain.name, chain.tasks, None, None, None,
+                           f"task '{missing[0]}' may miss its deadline, so no bound holds")
+    reaction, age = 0, 0
+    age_note = ""
+    for k, (members, d, head) in enumerate(hops):
+        if k == 0:
+            wait = 0 if head.is_triggered else head.period_ns
+            current = 0
+        else:
+            prev_members, _, prev_head = hops[k - 1]
+            fed = head.is_triggered and head.trigger in writes.get(prev_members[-1], ())
+            if head.is_triggered and not fed:
+                return ChainBounds(chain.name, chain.tasks, None, None, None,
+                                   f"task '{head.name}' is event-triggered by something other than "
+                                   f"'{prev_members[-1]}': without a maximum inter-arrival time its wait is unbounded")
+            wait = 0 if fed else head.period_ns
+            current = 0 if fed else prev_head.period_ns
+            if not fed and prev_head.is_triggered and not age_note:
+                age_note = f"data age: task '{prev_head.name}' is event-triggered, so its output can stay current " \
+                           f"indefinitely"
+        reaction += wait + d
+        age += current + d
+    segs = ", ".join(f"{'+'.join(m)} as one LET interval of {d / 1e6:g} ms" for m, d, _ in hops if len(m) > 1)
+    note = "; ".join(x for x in (segs, age_note) if x)
+    return ChainBounds(chain.name, chain.tasks, None, reaction, None if age_note else age, note)

@@ -9,7 +9,7 @@ verdict is safe for any offsets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Collection, Mapping, Sequence
 
 from ..core.chain import apply_chains
 from ..core.task import Task, TaskError
@@ -107,8 +107,12 @@ def _validate_chains(tasks: Sequence[Task], chains: Sequence[Chain]) -> None:
                 raise ValueError(f"chain '{c.name}': tasks: no task is named '{n}'")
 
 
-def analyze_taskset(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = ()) -> SchedulabilityReport:
-    """Analyse ``tasks`` under ``policy`` (rm, dm, fp or edf); raise ValueError/TaskError on input it cannot take."""
+def analyze_taskset(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
+                    writes: Mapping[str, Collection[str]] | None = None) -> SchedulabilityReport:
+    """Analyse ``tasks`` under ``policy`` (rm, dm, fp or edf); raise ValueError/TaskError on input it cannot take.
+
+    ``writes`` (task -> channels it writes, from a full config) lets chain bounds see which tasks are
+    released by what the task before them publishes."""
     _validate_chains(list(tasks), chains)
     # Members of a chain run as one LET interval are analysed with their share of its deadline
     # (the head's period, release jitter = the shares before them): core/chain.py.
@@ -165,5 +169,5 @@ def analyze_taskset(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] 
     by_name = {t.name: t for t in tasks}
     resp = {r.name: r.response_ns for r in results}
     ok_by_name = {r.name: r.schedulable for r in results}
-    chain_results = tuple(chain_bounds(c, by_name, resp, ok_by_name) for c in chains)
+    chain_results = tuple(chain_bounds(c, by_name, resp, ok_by_name, chains, writes) for c in chains)
     return SchedulabilityReport(policy, u, verdict, tuple(results), chain_results, info, tuple(notes))

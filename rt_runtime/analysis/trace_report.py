@@ -258,7 +258,8 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
         names = {t.name for t in taskset}
         deadlines = {c.name: c.deadline_ns for c in chains or ()}
         rchains = [Chain(n, tuple(ts), deadlines.get(n)) for n, ts in chain_list if all(t in names for t in ts)]
-        rta = observed_rta(taskset, exec_max, longest, pol, rchains)
+        writes = {n: {str(v) for v in (e.get("outputs") or {}).values()} for n, e in (wiring or {}).items()}
+        rta = observed_rta(taskset, exec_max, longest, pol, rchains, writes)
         cut = [f"{s.name} ({s.aborted})" for s in stats if s.aborted]
         if cut:
             notes.append("observed execution times are lower bounds where jobs were aborted before their last op: "

@@ -11,7 +11,7 @@ extension with which it would pass (searched up to its period, where Spuri's ana
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from ..core.task import Task, TaskError
 from .chains import Chain
@@ -63,14 +63,15 @@ def _needs_ns(tasks: list[Task], i: int, policy: str) -> tuple[int | None, str]:
 
 
 def observed_rta(tasks: Sequence[Task], exec_max: Mapping[str, int], longest_op: Mapping[str, int],
-                 policy: str, chains: Sequence[Chain] = ()) -> dict[str, Any]:
+                 policy: str, chains: Sequence[Chain] = (),
+                 writes: Mapping[str, Collection[str]] | None = None) -> dict[str, Any]:
     """The analysis with observed times, as a JSON-ready dict with a one-line ``verdict``."""
     tasks = list(tasks)
     try:
         obs = observed_taskset(tasks, exec_max, longest_op, policy)
-        report: SchedulabilityReport = analyze_taskset(obs, policy, chains)
+        report: SchedulabilityReport = analyze_taskset(obs, policy, chains, writes)
         configured = analyze_taskset([dataclasses.replace(t, blocking_ns=o.blocking_ns) for t, o in zip(tasks, obs)],
-                                     policy, chains)
+                                     policy, chains, writes)
     except (TaskError, ValueError) as e:
         return {"policy": policy, "schedulable": None, "error": str(e),
                 "verdict": f"no schedulability analysis with the observed times: {e}"}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Callable, NoReturn
+from typing import Any, Callable, NoReturn
 
 MAX_WORKERS = 1024                 # the config's own limit (config/stack.py)
 MAX_SECONDS = 365 * 86_400.0       # a duration flag in seconds: at most a year
@@ -20,9 +20,19 @@ MIN_SPEED, MAX_SPEED = 0.001, 1000.0
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line on stderr and exit status 2."""
 
-    def error(self, message: str) -> NoReturn:
+    def error(self, message: str, prog: str | None = None) -> NoReturn:
+        prog = prog or self.prog
         message = " ".join(message.split())   # argparse may wrap; keep it one line
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{prog}: error: {message} (see {prog} --help)\n")
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """As argparse's, but an unknown argument is named with the subcommand it was given to."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = getattr(ns, "command", None)
+            self.error(f"unrecognized arguments: {' '.join(extras)}",
+                       prog=f"{self.prog} {command}" if command else None)
+        return ns
 
 
 def _shown(text: str) -> str:

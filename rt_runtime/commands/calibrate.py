@@ -247,6 +247,7 @@ def _run(args: argparse.Namespace, staged: list[Any]) -> int:
     from ..analysis import analyze_taskset
     from ..cli import UsageError
     from ..config import ConfigError, load_taskset
+    from ..config.taskset import task_writes
     from ..config.stack import load_stack, parse_stack
     from ..core.task import TaskError
     from ..core.units import parse_duration
@@ -313,7 +314,7 @@ def _run(args: argparse.Namespace, staged: list[Any]) -> int:
         for st in staged:
             st.commit()
         policy, tasks, chains = load_taskset(out)
-        report = analyze_taskset(tasks, policy, chains)
+        report = analyze_taskset(tasks, policy, chains, task_writes(out))
     except (ConfigError, TaskError, ValueError, OSError) as e:
         raise UsageError(str(e)) from None
     how = f"{policy} ({POLICY_NAMES[policy]}), utilization {report.utilization:.3f}"

@@ -33,11 +33,12 @@ def run(args: argparse.Namespace) -> int:
     """Analyse the file; print the table or JSON; 0 schedulable, 1 not, 2 invalid input."""
     from ..analysis import analyze_taskset
     from ..config import ConfigError, load_taskset
+    from ..config.taskset import task_writes
     from ..core.task import TaskError
 
     try:
         policy, tasks, chains = load_taskset(args.file)
-        report = analyze_taskset(tasks, policy, chains)
+        report = analyze_taskset(tasks, policy, chains, task_writes(args.file))
     except ConfigError as e:
         return _usage_error(str(e))
     except (TaskError, ValueError) as e:  # what the analysis itself refuses, e.g. an unsupported deadline

@@ -136,7 +136,7 @@ def _mapping(value: object, source: str, where: str, task: str | None = None) ->
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise _fail(source, where, f"expected a mapping of names to names, found {value!r}", task=task)
+        raise _fail(source, where, f"expected a mapping of names to names, found {clip(value)}", task=task)
     return dict(value)
 
 
@@ -147,7 +147,7 @@ def _op_budgets(entry: Mapping[str, Any], source: str, task: str) -> dict[str, i
         return {}
     if not isinstance(raw, Mapping):
         raise _fail(source, f"task '{task}': op_budgets", f"expected a mapping of op names to durations, "
-                    f"found {raw!r}", task=task, fld="op_budgets")
+                    f"found {clip(raw)}", task=task, fld="op_budgets")
     out = {}
     for op, value in raw.items():
         try:
@@ -155,7 +155,7 @@ def _op_budgets(entry: Mapping[str, Any], source: str, task: str) -> dict[str, i
         except DurationError as e:
             raise _fail(source, f"task '{task}'", str(e), task=task, fld="op_budgets") from None
         if ns <= 0:
-            raise _fail(source, f"task '{task}': op_budgets.{op}", f"must be positive, found {value!r}",
+            raise _fail(source, f"task '{task}': op_budgets.{op}", f"must be positive, found {clip(value)}",
                         task=task, fld="op_budgets")
         out[str(op)] = ns
     return out
@@ -192,15 +192,15 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     for i, c in enumerate(_list(doc, "channels", source)):
         where = f"channels[{i}]"
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
-            raise _fail(source, where, f"expected a mapping with a name, found {c!r}")
+            raise _fail(source, where, f"expected a mapping with a name, found {clip(c)}")
         try:
             pol = ChannelPolicy(c.get("policy", "latest"))
         except ValueError:
             raise _fail(source, f"channel '{c['name']}': policy", f"expected one of "
-                        f"{', '.join(p.value for p in ChannelPolicy)}, found {c.get('policy')!r}") from None
+                        f"{', '.join(p.value for p in ChannelPolicy)}, found {clip(c.get('policy'))}") from None
         depth = c.get("depth", 1)
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise _fail(source, f"channel '{c['name']}': depth", f"expected a positive integer, found {depth!r}")
+            raise _fail(source, f"channel '{c['name']}': depth", f"expected a positive integer, found {clip(depth)}")
         channels.append(ChannelConfig(c["name"], pol, depth))
 
     remap = dict(remap or {})
@@ -323,7 +323,7 @@ def _safety(doc: Mapping[str, Any], source: str, entries: Mapping[str, Any], ing
     if spec is None:
         return None
     if spec.planner not in entries:
-        raise _fail(source, "safety: planner", f"no task named {spec.planner!r}; tasks: {sorted(entries)}",
+        raise _fail(source, "safety: planner", f"no task named {clip(spec.planner)}; tasks: {sorted(entries)}",
                     fld="safety")
     fed = {ch for r in ingress for ch in r.channels.values()}
     unknown = sorted(set(spec.sensors) - fed)

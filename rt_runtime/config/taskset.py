@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 from ..analysis.schedulability import POLICIES, validate_for_policy
 from ..core.chain import Chain, apply_chains
@@ -39,10 +42,13 @@ class ConfigError(ValueError):
         self.source, self.task, self.field = source, task, field
 
 
-# Limits on what a configuration may be: a file is read whole, so it is bounded; aliases may share
-# values but not multiply them (a "billion laughs" document is a few lines that expand to billions
-# of nodes); the schedulability analysis is quadratic in the task count.
-MAX_YAML_BYTES = 16 * 1024 * 1024
+# Limits on what a configuration may be, so that reading one always ends within a few seconds: the
+# file is read whole, so it is bounded (the reference stack is 8 KiB); so are its values and their
+# nesting; aliases may share values but not multiply them (a "billion laughs" document is a few
+# lines that expand to billions of nodes); the schedulability analysis is quadratic in the task count.
+MAX_YAML_BYTES = 1024 * 1024
+MAX_YAML_NODES = 200_000
+MAX_YAML_DEPTH = 100
 MAX_ALIAS_EXPANSION = 10_000   # nodes an alias may add beyond the document's own (a shared value counted each time)
 MAX_TASKS = 1_000
 MAX_CHAINS = 1_000
@@ -50,21 +56,55 @@ MAX_NAME = 200
 MAX_MESSAGE = 600
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last one silently)
-    and records where aliases are used (``_expansion_problem`` then bounds what they expand to)."""
+class _YamlLimit(Exception):
+    """A document beyond MAX_YAML_NODES or MAX_YAML_DEPTH (raised while composing, so it stops early)."""
+
+
+try:
+    from yaml._yaml import CParser
+except ImportError:   # pragma: no cover - PyYAML built without libyaml
+    CParser = None
+
+if CParser is not None:
+    # libyaml scans and parses (fast, in C); composition stays in Python so that it can count nodes
+    # and depth as it goes: libyaml's own composer recurses in C and crashes on deep nesting.
+    class _SafeBase(Composer, CParser, SafeConstructor, Resolver):   # Composer first: its methods win
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+else:   # pragma: no cover - PyYAML built without libyaml
+    _SafeBase = yaml.SafeLoader   # type: ignore[misc,assignment]
+
+
+class _UniqueKeyLoader(_SafeBase):
+    """Safe loader that rejects a key given twice in one mapping (PyYAML keeps the last one silently),
+    stops beyond MAX_YAML_NODES values or MAX_YAML_DEPTH levels, and records where aliases are used
+    (``_expansion_problem`` then bounds what they expand to)."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.aliases: list[tuple[yaml.Mark, yaml.Node]] = []
+        self.nodes = 0
+        self.depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        self.nodes += 1
+        mark = self.peek_event().start_mark
+        if self.nodes > MAX_YAML_NODES:
+            raise _YamlLimit(f"line {mark.line + 1}: more than {MAX_YAML_NODES} values, too many for a configuration")
         if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
             node = super().compose_node(parent, index)
             self.aliases.append((mark, node))
             return node
-        return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise _YamlLimit(f"line {mark.line + 1}: nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -134,6 +174,8 @@ def parse_yaml_text(text: str, source: str) -> Any:
         if problem is not None:
             raise ConfigError(source, problem)
         return loader.construct_document(node)
+    except _YamlLimit as e:
+        raise ConfigError(source, str(e)) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -147,20 +189,20 @@ def parse_yaml_text(text: str, source: str) -> Any:
         loader.dispose()
 
 
-def read_text_limited(path: str | Path, what: str = "a YAML file") -> str:
-    """The file's text, at most MAX_YAML_BYTES; ConfigError for a missing, unreadable or too big file."""
+def read_text_limited(path: str | Path, what: str = "a YAML file", limit: int = MAX_YAML_BYTES) -> str:
+    """The file's text, at most ``limit`` bytes; ConfigError for a missing, unreadable or too big file."""
     source = str(path)
     try:
         with open(path, "rb") as f:
-            data = f.read(MAX_YAML_BYTES + 1)
+            data = f.read(limit + 1)
     except FileNotFoundError:
         raise ConfigError(source, "file not found") from None
     except IsADirectoryError:
         raise ConfigError(source, f"is a directory, expected {what}") from None
     except OSError as e:
         raise ConfigError(source, f"cannot read: {e.strerror or e}") from None
-    if len(data) > MAX_YAML_BYTES:
-        raise ConfigError(source, f"more than {MAX_YAML_BYTES // (1024 * 1024)} MiB, too big for {what}")
+    if len(data) > limit:
+        raise ConfigError(source, f"more than {limit / (1024 * 1024):g} MiB, too big for {what}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -406,3 +448,14 @@ def load_taskset(path: str | Path) -> tuple[str, list[Task], list[Chain]]:
     doc = load_yaml(path)
     check_top_level_keys(doc, str(path))
     return parse_taskset(doc, str(path))
+
+
+def task_writes(path: str | Path) -> dict[str, set[str]]:
+    """Task -> the channels its ``outputs:`` write, for a full config (empty for a bare task set).
+
+    The analysis uses it to see which tasks are released by what the task before them publishes."""
+    raw = load_yaml(path).get("tasks")
+    entries = [{"name": n, **f} for n, f in raw.items() if isinstance(f, Mapping)] if isinstance(raw, Mapping) \
+        else [e for e in raw or [] if isinstance(e, Mapping)] if isinstance(raw, list) else []
+    return {str(e.get("name")): {str(v) for v in (e.get("outputs") or {}).values()} for e in entries
+            if isinstance(e.get("outputs"), Mapping)}

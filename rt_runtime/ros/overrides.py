@@ -16,11 +16,10 @@ import copy
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from ..config import ConfigError
 from ..config.stack import StackConfig, parse_stack
-from ..config.taskset import load_yaml
+from ..config.taskset import load_yaml, parse_yaml_text
+from ..core.units import clip
 
 
 def _step(node: Any, key: str, where: str) -> Any:
@@ -47,10 +46,10 @@ def apply_overrides(doc: Mapping[str, Any], items: Sequence[str]) -> dict[str, A
         parts = key.strip().split(".")
         if not sep or not all(parts):
             raise ValueError(f"override {item!r}: expected dotted.key=value")
-        try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError as e:
-            raise ValueError(f"override {item!r}: value is not YAML ({e})") from None
+        try:   # bounded like a config file: no alias bombs, no runaway nesting
+            value = parse_yaml_text(text, "value") if text.strip() else ""
+        except ConfigError as e:
+            raise ValueError(f"override {clip(item)}: value is not YAML we read ({e})") from None
         node: Any = out
         for i, part in enumerate(parts[:-1]):
             node = _step(node, part, ".".join(parts[: i + 1]))

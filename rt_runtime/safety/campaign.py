@@ -128,8 +128,11 @@ def load_campaign(path: str | Path) -> CampaignConfig:
 
 
 def stack_under_test(stack_path: str | Path, campaign: CampaignConfig) -> StackConfig:
-    """The stack file with the campaign's per-task overrides (e.g. redundancy) applied."""
+    """The stack file with the campaign's overrides applied: per task (e.g. redundancy), and ``chains``
+    (replaced whole when given)."""
     doc = load_yaml(stack_path)
+    if "chains" in (campaign.stack or {}):
+        doc["chains"] = campaign.stack["chains"]
     over = (campaign.stack or {}).get("tasks") or {}
     entries = doc.get("tasks") or []
     names = {e.get("name") for e in entries}

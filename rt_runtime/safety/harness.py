@@ -6,8 +6,9 @@ supports choosing the clock; else wall time), then every op costs the median of 
 durations, so a run's timing depends on nothing but its inputs and its faults: the
 golden run and a faulty run differ only where the fault made them differ (measured costs would
 add the host's jitter; the ops' declared ``cost_us`` are estimates that can exceed the budgets
-measured on the target). Graphs are built once per campaign, wrapped by the ``Injector``
-(pass-through until an injection is armed).
+measured on the target). Not budget timing (``sched.budget``), as a replay: the campaign's stack
+(a redundant planner) does not fit its budgets on one worker (issue 20), its medians do. Graphs
+are built once per campaign, wrapped by the ``Injector`` (pass-through until an injection is armed).
 
 Ingress goes through a plausibility guard (finite values, magnitudes within ``limit``) and the
 ``SafetyMonitor`` (arrival times: silent and late sensors); outputs are recorded per channel and
