@@ -125,6 +125,8 @@ def load_trace(path: str | Path) -> tuple[TraceColumns, dict[str, Any]]:
     tasks = header.get("tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise bad("its metadata has no list of task names")
+    if header.get("config") is not None and not isinstance(header["config"], str):
+        raise bad("its metadata's 'config' is not a file name")
     for name, c in zip(FIELDS, cols):
         if c.ndim != 1 or c.dtype.kind not in "iu":
             raise bad(f"column {name!r} is a {c.dtype} array of shape {c.shape}, not integers")
