@@ -2,10 +2,18 @@
 
 Order: log timestamp, then topic name, then the topic's own file order (`seq`). The same bag
 therefore always yields the same sequence, whichever storage plugin or writer produced it.
+
+An indexed MCAP is read chunk by chunk here (as ``rosbags`` does, lazily, merged by time), so that a
+chunk whose CRC does not match its records, or that does not decompress, damages only its own
+messages: they are skipped with one ``BagWarning`` per chunk, or yielded as ``BagMessage`` with
+``damage`` set when asked (``messages(damaged=True)``, the replay's feed, which counts them bad).
 """
 from __future__ import annotations
 
+import heapq
+import struct
 import warnings
+import zlib
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -14,6 +22,7 @@ from typing import Any, NamedTuple
 
 from rosbags.interfaces import MessageDefinitionFormat
 from rosbags.rosbag2 import Reader, ReaderError
+from rosbags.rosbag2 import storage_mcap as _mcap
 from rosbags.typesys import get_types_from_idl, get_types_from_msg
 from rosbags.typesys.store import Typestore
 
@@ -25,13 +34,17 @@ STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
 
 
 class BagMessage(NamedTuple):
-    """One raw message: topic, log time (ns), type name, CDR bytes and per-topic sequence number."""
+    """One raw message: topic, log time (ns), type name, CDR bytes and per-topic sequence number.
+
+    ``damage``: (kind, why) for a message of a damaged MCAP chunk (kind ``crc``: the chunk's CRC does
+    not match its records; ``chunk``: it does not decompress); its ``raw_cdr`` is then empty."""
 
     topic: str
     t_ns: int
     msgtype: str
     raw_cdr: bytes
     seq: int = 0
+    damage: tuple[str, str] | None = None
 
 
 def open_bag(path: str | Path) -> "BagReader":
