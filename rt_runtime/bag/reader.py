@@ -47,6 +47,34 @@ class BagMessage(NamedTuple):
     damage: tuple[str, str] | None = None
 
 
+def _by_time(item: tuple[Any, ...]) -> tuple[int, int]:
+    """Merge key of chunk items: log time, then the chunk's position in the file (as rosbags orders)."""
+    return item[0], item[1]
+
+
+def _chunk_records(raw: bytes, at: int, cmap: dict[int, str], lo: int,
+                   hi: int) -> list[tuple[int, int, str | None, bytes, tuple[str, str] | None]]:
+    """The wanted message records of a decompressed chunk (starting at byte ``at``), in file order."""
+    out: list[tuple[int, int, str | None, bytes, tuple[str, str] | None]] = []
+    pos, end = 0, len(raw)
+    while pos < end:
+        if pos + 9 > end:
+            raise ReaderError(f"the chunk at byte {at} ends inside a record header ({end - pos} bytes left)")
+        op = raw[pos]
+        (size,) = struct.unpack_from("<Q", raw, pos + 1)
+        body, nxt = pos + 9, pos + 9 + size
+        if nxt > end:
+            raise ReaderError(f"the chunk at byte {at} has a record of {size} bytes at {pos}, past its {end} bytes")
+        if op == 0x05:   # Message: channel id, sequence, log time, publish time, data
+            if size < 22:
+                raise ReaderError(f"the chunk at byte {at} has a message record of {size} bytes at {pos}")
+            cid, _seq, t, _pub = struct.unpack_from("<HIQQ", raw, body)
+            if lo <= t < hi and cid in cmap:
+                out.append((t, at, cmap[cid], raw[body + 22:nxt], None))
+        pos = nxt
+    return out
+
+
 def open_bag(path: str | Path) -> "BagReader":
     """Open a rosbag2 directory, or a bare .mcap/.db3 file, for reading."""
     return BagReader(path)
@@ -129,6 +157,7 @@ class BagReader:
         self.metadata: dict[str, str] = {}
         self._reader: Reader | None = None
         self._salvaged: list[Salvaged] = []
+        self._damage_warned: set[str] = set()
         msgdefs: dict[str, tuple[str, str]] = {}
         problem = _metadata_problem(self.path) if target == self.path else None
         if problem is None:
@@ -249,36 +278,132 @@ class BagReader:
         return sum(self.counts.values())
 
     def messages(self, topics: Iterable[str] | None = None, start_ns: int | None = None,
-                 stop_ns: int | None = None) -> Iterator[BagMessage]:
-        """Raw messages in (t_ns, topic, seq) order, optionally only `topics` and [start_ns, stop_ns)."""
+                 stop_ns: int | None = None, damaged: bool = False) -> Iterator[BagMessage]:
+        """Raw messages in (t_ns, topic, seq) order, optionally only `topics` and [start_ns, stop_ns).
+
+        The messages of a damaged MCAP chunk (CRC mismatch, does not decompress) are skipped with one
+        `BagWarning` per chunk; `damaged=True` yields them instead, with `damage` set and no bytes."""
         wanted = set(self.topics) if topics is None else set(topics)
         if unknown := wanted - set(self.topics):
             raise BagError(f"bag {self.path}: no topic {sorted(unknown)[0]}; it has {sorted(self.topics)}")
         if self._reader is not None:
-            yield from self._ordered(self._indexed(wanted, start_ns, stop_ns))
+            for m in self._ordered(self._indexed(wanted, start_ns, stop_ns)):
+                if m.damage is not None and not damaged:
+                    if m.damage[1] not in self._damage_warned:
+                        self._damage_warned.add(m.damage[1])
+                        warnings.warn(f"{m.damage[1]}; its messages are skipped", BagWarning, stacklevel=2)
+                    continue
+                yield m
         else:
             yield from self._from_salvage(wanted, start_ns, stop_ns)
 
-    def _indexed(self, wanted: set[str], start_ns: int | None, stop_ns: int | None) -> Iterator[tuple[int, str, bytes]]:
+    def _indexed(self, wanted: set[str], start_ns: int | None,
+                 stop_ns: int | None) -> Iterator[tuple[int, str, bytes, tuple[str, str] | None]]:
         assert self._reader is not None
         conns = [c for c in self._reader.connections if c.topic in wanted]
         if not conns:
             return
+        storages = self._mcap_storages()
         last = None
         try:
+            if storages is not None:
+                for storage in storages:   # one file after the other, as rosbags reads a split bag
+                    for item in self._mcap_messages(storage, wanted, start_ns, stop_ns):
+                        last = item[0]
+                        yield item
+                return
             for conn, t, raw in self._reader.messages(conns, start=start_ns, stop=stop_ns):
                 last = t
-                yield t, conn.topic, raw
+                yield t, conn.topic, raw, None
         except (ReaderError, OSError, ValueError, KeyError, IndexError) as e:
             raise BagError(f"bag {self.path}: corrupt data after t={last} ns: {e}") from None
         except Exception as e:  # apsw errors (malformed database) surface only while iterating
             raise BagError(f"bag {self.path}: corrupt data after t={last} ns: {e.__class__.__name__}: {e}") from None
 
-    def _ordered(self, stream: Iterator[tuple[int, str, bytes]]) -> Iterator[BagMessage]:
+    def _mcap_storages(self) -> list[Any] | None:
+        """The MCAP files to read chunk by chunk here; None: rosbags reads (db3, unindexed MCAP,
+        per-message compression)."""
+        inner = getattr(self._reader, "storage", None)
+        storages = getattr(inner, "storages", None)
+        if storages is None:
+            storages = [inner]
+        elif getattr(getattr(inner, "metadata", None), "compression_mode", None) == "message":
+            return None
+        if not storages or not all(isinstance(s, _mcap.McapReader) and s.chunks and s.bio is not None
+                                   for s in storages):
+            return None
+        return storages
+
+    def _mcap_messages(self, storage: Any, wanted: set[str], start_ns: int | None,
+                       stop_ns: int | None) -> Iterator[tuple[int, str, bytes, tuple[str, str] | None]]:
+        """One indexed MCAP file's messages by time; a chunk is read when the merge reaches its start
+        (as in rosbags), and a damaged chunk yields its messages (from its message index) as damaged."""
+        cmap = {c.id: c.topic for c in storage.connections if c.topic in wanted}
+        lo = 0 if start_ns is None else start_ns
+        hi = _mcap.MAXSIZE if stop_ns is None else stop_ns
+        sources = [self._chunk(storage, c, cmap, lo, hi) for c in storage.chunks
+                   if lo <= c.message_end_time and c.message_start_time < hi
+                   and any(c.channel_count.get(cid, 0) for cid in cmap)]
+        for t, _at, topic, raw, damage in heapq.merge(*sources, key=_by_time):
+            if topic is not None:   # None: a chunk's start marker
+                yield t, topic, raw, damage
+
+    def _chunk(self, storage: Any, chunk: Any, cmap: dict[int, str], lo: int,
+               hi: int) -> Iterator[tuple[int, int, str | None, bytes, tuple[str, str] | None]]:
+        """A chunk's wanted messages in time order, after a marker at its start time (nothing read yet)."""
+        at = chunk.chunk_start_offset
+        yield chunk.message_start_time, at, None, b"", None
+        bio = storage.bio
+        bio.seek(at + 9 + 24)   # op, length; start, end, uncompressed size; then the CRC
+        (crc,) = struct.unpack("<I", _mcap.read_exact(bio, 4))
+        bio.seek(at + 9 + 40 + len(chunk.compression))
+        data = _mcap.read_exact(bio, chunk.compressed_size)
+        if chunk.compression not in _mcap.DECOMPRESSORS:
+            raise ReaderError(f"the chunk at byte {at} has unsupported compression {chunk.compression!r}")
+        damage = None
+        try:
+            raw = _mcap.decompress(data, chunk.compression, chunk.uncompressed_size, 0)
+        except Exception as e:  # each decompressor raises its own errors
+            damage = ("chunk", f"bag {self.path}: the {chunk.compression} chunk at byte {at} does not decompress "
+                               f"({_one_line(str(e), 120)})")
+        else:
+            # MCAP: a CRC32 of the uncompressed records, 0 when the writer computed none (rosbags writes 0)
+            if crc and (got := zlib.crc32(raw)) != crc:
+                damage = ("crc", f"bag {self.path}: the chunk at byte {at} fails its CRC check "
+                                 f"(stored {crc:#010x}, computed {got:#010x})")
+        if damage is not None:
+            yield from self._damaged(storage, chunk, cmap, lo, hi, damage)
+            return
+        yield from sorted(_chunk_records(raw, at, cmap, lo, hi), key=_by_time)
+
+    def _damaged(self, storage: Any, chunk: Any, cmap: dict[int, str], lo: int, hi: int,
+                 damage: tuple[str, str]) -> list[tuple[int, int, str | None, bytes, tuple[str, str] | None]]:
+        """Stand-ins for a damaged chunk's wanted messages, at their times in its message index (outside
+        the chunk); if that is damaged too, one per message the summary counts, at the chunk's start."""
+        at, bio = chunk.chunk_start_offset, storage.bio
+        found: list[tuple[int, int, str]] = []
+        try:
+            for cid, offset in chunk.message_index_offsets.items():
+                if cid not in cmap:
+                    continue
+                bio.seek(offset)
+                op, _n, got, size = struct.unpack("<BQHI", _mcap.read_exact(bio, 15))
+                if op != 0x07 or got != cid:
+                    raise ReaderError(f"no message index for channel {cid} at byte {offset}")
+                found += [(t, rel, cmap[cid]) for t, rel in struct.iter_unpack("<QQ", _mcap.read_exact(bio, size))
+                          if lo <= t < hi]
+        except (ReaderError, struct.error, OSError):
+            t0 = chunk.message_start_time
+            found = [(t0, 0, cmap[cid]) for cid, n in chunk.channel_count.items() if cid in cmap and lo <= t0 < hi
+                     for _ in range(n)]
+        found.sort(key=lambda f: (f[0], f[1]))
+        return [(t, at, topic, b"", damage) for t, _rel, topic in found]
+
+    def _ordered(self, stream: Iterator[tuple[int, str, bytes, tuple[str, str] | None]]) -> Iterator[BagMessage]:
         # rosbags yields in timestamp order with ties in file order; we sort each tie group by
         # topic (stable sort keeps file order within a topic) and number messages per topic.
         seq: Counter[str] = Counter()
-        group: list[tuple[int, str, bytes]] = []
+        group: list[tuple[int, str, bytes, tuple[str, str] | None]] = []
         for item in stream:
             if group and item[0] != group[0][0]:
                 yield from self._emit(group, seq)
@@ -286,11 +411,12 @@ class BagReader:
             group.append(item)
         yield from self._emit(group, seq)
 
-    def _emit(self, group: list[tuple[int, str, bytes]], seq: Counter[str]) -> Iterator[BagMessage]:
+    def _emit(self, group: list[tuple[int, str, bytes, tuple[str, str] | None]],
+              seq: Counter[str]) -> Iterator[BagMessage]:
         if len(group) > 1:
             group.sort(key=lambda g: g[1])
-        for t, topic, raw in group:
-            yield BagMessage(topic, t, self.topics[topic], raw, seq[topic])
+        for t, topic, raw, damage in group:
+            yield BagMessage(topic, t, self.topics[topic], raw, seq[topic], damage)
             seq[topic] += 1
 
     def _from_salvage(self, wanted: set[str], start_ns: int | None, stop_ns: int | None) -> Iterator[BagMessage]:
@@ -309,6 +435,8 @@ class BagReader:
 
     def decode(self, msg: BagMessage) -> Any:
         """The message object of a raw message (number arrays are views into its bytes)."""
+        if msg.damage is not None:
+            raise CodecError(msg.damage[1])
         if msg.msgtype not in self.store.types:
             raise CodecError(f"bag {self.path}: topic {msg.topic}: unknown message type {msg.msgtype!r} "
                              f"(not in the {self.store_name} type store and the bag carries no definition)")
@@ -328,7 +456,7 @@ class BagReader:
         """(raw, decoded) pairs; undecodable messages are skipped, counted in `skipped` and warned once per topic."""
         first: dict[str, str] = {}
         try:
-            for m in self.messages(topics):
+            for m in self.messages(topics, damaged=True):
                 try:
                     yield m, self.decode(m)
                 except CodecError as e:

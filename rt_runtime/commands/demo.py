@@ -3,7 +3,6 @@ print its deadline report (the same as `rt-runtime replay --out out/demo --trace
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 
@@ -21,11 +20,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     bag_out = out / "demo_outputs"
-    if bag_out.exists():
-        shutil.rmtree(bag_out)
-    ns = argparse.Namespace(bag=None, config=None, out=str(bag_out), out_format="mcap", speed="max", workers=None,
-                            trace=str(out / "demo.rttrace"), remap=[], until=None, json=False, speculate=None,
-                            force=True)   # the demo's own outputs: replaced on every run
+    # The replay command's own parser gives every flag its default (no hand-kept copy to fall behind);
+    # --force: the demo's own outputs are replaced on every run.
+    parser = argparse.ArgumentParser(prog="rt-runtime")
+    replay_cmd.add_parser(parser.add_subparsers(), "replay", "replay")
+    ns = parser.parse_args(["replay", "--out", str(bag_out), "--trace", str(out / "demo.rttrace"), "--force"])
     status = replay_cmd.run(ns)
     print(f"outputs: {bag_out} (nav_msgs/Path, MarkerArray, DiagnosticArray); trace: {out / 'demo.rttrace'}")
     return status
