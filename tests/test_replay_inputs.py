@@ -82,5 +82,5 @@ def test_single_bad_messages_are_counted_and_the_replay_goes_on(short_bag, tmp_p
                     continue
             w.write(m.topic, m.t_ns, m.raw_cdr)
     result = replay(damaged, load_stack(ROOT / "config" / "stack.yaml"))
-    assert result.bad_messages == {"/sensing/lidar/points": broken}
+    assert result.bad_messages == {"/sensing/lidar/points": {"undecodable": broken}}
     assert result.stats["lidar_objects"]["released"] > 0 and result.outputs["/planning/trajectory"] > 0

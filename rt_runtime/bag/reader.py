@@ -31,6 +31,9 @@ from .salvage import Salvaged, salvage_mcap, salvage_sqlite
 from .types import new_typestore
 
 STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
+# Damaged chunks already reported in this process (by text: bag and byte): a replay that reports one
+# is not followed by the same warning from each later reader of that bag (the quality measures).
+_DAMAGE_REPORTED: set[str] = set()
 
 
 class BagMessage(NamedTuple):
@@ -157,7 +160,6 @@ class BagReader:
         self.metadata: dict[str, str] = {}
         self._reader: Reader | None = None
         self._salvaged: list[Salvaged] = []
-        self._damage_warned: set[str] = set()
         msgdefs: dict[str, tuple[str, str]] = {}
         problem = _metadata_problem(self.path) if target == self.path else None
         if problem is None:
@@ -282,17 +284,19 @@ class BagReader:
         """Raw messages in (t_ns, topic, seq) order, optionally only `topics` and [start_ns, stop_ns).
 
         The messages of a damaged MCAP chunk (CRC mismatch, does not decompress) are skipped with one
-        `BagWarning` per chunk; `damaged=True` yields them instead, with `damage` set and no bytes."""
+        `BagWarning` per chunk and process; `damaged=True` yields them instead, with `damage` set and
+        no bytes, and leaves reporting them to the caller."""
         wanted = set(self.topics) if topics is None else set(topics)
         if unknown := wanted - set(self.topics):
             raise BagError(f"bag {self.path}: no topic {sorted(unknown)[0]}; it has {sorted(self.topics)}")
         if self._reader is not None:
             for m in self._ordered(self._indexed(wanted, start_ns, stop_ns)):
-                if m.damage is not None and not damaged:
-                    if m.damage[1] not in self._damage_warned:
-                        self._damage_warned.add(m.damage[1])
+                if m.damage is not None:
+                    if not damaged and m.damage[1] not in _DAMAGE_REPORTED:
                         warnings.warn(f"{m.damage[1]}; its messages are skipped", BagWarning, stacklevel=2)
-                    continue
+                    _DAMAGE_REPORTED.add(m.damage[1])
+                    if not damaged:
+                        continue
                 yield m
         else:
             yield from self._from_salvage(wanted, start_ns, stop_ns)
@@ -453,10 +457,11 @@ class BagReader:
         return str(STORE_NAME.value)
 
     def decoded(self, topics: Iterable[str] | None = None) -> Iterator[tuple[BagMessage, Any]]:
-        """(raw, decoded) pairs; undecodable messages are skipped, counted in `skipped` and warned once per topic."""
+        """(raw, decoded) pairs; undecodable messages are skipped, counted in `skipped` and warned once per topic
+        (those of a damaged chunk are skipped as `messages` skips them)."""
         first: dict[str, str] = {}
         try:
-            for m in self.messages(topics, damaged=True):
+            for m in self.messages(topics):
                 try:
                     yield m, self.decode(m)
                 except CodecError as e:

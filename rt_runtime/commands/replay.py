@@ -79,8 +79,9 @@ def print_summary(r: Any, out: Any = sys.stdout) -> None:
     print(f"bag {r.bag}: {r.duration_s:.2f} s replayed in {r.wall_s:.2f} s wall "
           f"({r.speedup:.2f}x real time); {r.inputs} sensor messages in, "
           + ", ".join(f"{n} {t}" for t, n in r.outputs.items()) + " out", file=out)
-    if r.bad_messages:
-        print("bad messages skipped: " + ", ".join(f"{t}: {n}" for t, n in r.bad_messages.items()), file=out)
+    if r.bad_messages:   # {topic: {kind: n}}: rejected kinds were skipped, stamp_* ones used
+        print("bad messages: " + "; ".join(f"{t}: " + ", ".join(f"{n} {k}" for k, n in kinds.items())
+                                           for t, kinds in r.bad_messages.items()), file=out)
     if r.quality:
         plan, det = r.quality.get("planning", {}), r.quality.get("detection", {})
         f = lambda v, unit="": "n/a" if v is None else f"{v:.2f}{unit}"  # noqa: E731

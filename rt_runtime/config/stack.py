@@ -21,7 +21,6 @@ someone else's vehicle replays against the same configuration.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import re
 from dataclasses import dataclass, field
@@ -36,9 +35,7 @@ from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
 from ..sched.budget import check_op_budgets
 from .taskset import ConfigError, load_yaml, parse_taskset
-
-STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
-              "threads", "frame", "diagnostics_period", "safety", "description")
+from .wiring import STACK_KEYS, check_wiring, egress_problems, initial_problems, key_problems, raise_all, suggest
 DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
 MAX_WORKERS = 1024
 MIN_DIAGNOSTICS_PERIOD_NS = 1_000_000             # 1 ms: diagnostics are a status message, not a data stream
@@ -46,20 +43,14 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def check_top_level_keys(doc: Mapping[str, Any], source: str) -> None:
-    """ConfigError for a top-level key a configuration does not have (a typo such as ``chain:``).
+    """ConfigError for every key a configuration does not have: at the top level (a typo such as
+    ``chain:``) and inside its entries (tasks, chains, channels, ingress, egress, safety, speculate,
+    redundancy; ``wiring.key_problems``), all of them at once.
 
     ``parse_stack`` and ``load_taskset`` (``check``, ``analyze``, ``calibrate``) both call it first, so
-    a file one of them refuses the other refuses too, with the same line.
+    a file one of them refuses the other refuses too, with the same lines.
     """
-    if not isinstance(doc, Mapping):
-        return
-    for key in doc:
-        if key not in STACK_KEYS:
-            close = difflib.get_close_matches(str(key), STACK_KEYS, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            shown = key if isinstance(key, str) and key.isprintable() and len(key) <= 80 else clip(key)
-            raise _fail(source, str(shown), f"unknown top-level key{hint}; expected one of {', '.join(STACK_KEYS)}",
-                        fld=str(shown))
+    raise_all(source, key_problems(doc, source))
 
 
 @dataclass(frozen=True)
@@ -245,6 +236,7 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     if diag < MIN_DIAGNOSTICS_PERIOD_NS:
         raise _fail(source, "diagnostics_period", f"must be at least 1ms, found {clip(doc.get('diagnostics_period'))}",
                     fld="diagnostics_period")
+    check_wiring(doc, source)   # one writer per channel, every read channel fed, ... (wiring.py)
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
                        device=_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
                        frame=str(doc.get("frame", "map")),
@@ -328,8 +320,8 @@ def _safety(doc: Mapping[str, Any], source: str, entries: Mapping[str, Any], ing
     fed = {ch for r in ingress for ch in r.channels.values()}
     unknown = sorted(set(spec.sensors) - fed)
     if unknown:
-        raise _fail(source, "safety: sensors", f"{unknown} are not ingress channels; they are {sorted(fed)}",
-                    fld="safety")
+        raise _fail(source, "safety: sensors", f"{unknown} are not ingress channels; they are {sorted(fed)}"
+                    f"{suggest(unknown[0], fed)}", fld="safety")
     return spec
 
 
@@ -407,6 +399,9 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
     device = device or cfg.device
     bindings: list[TaskBinding] = []
     initial: dict[str, Any] = {}
+    fed = {ch for e in cfg.entries.values() for ch in (e.get("outputs") or {}).values()} | \
+        {ch for r in cfg.ingress for ch in r.channels.values()}
+    problems: list[ConfigError] = []   # wiring that needs the built graphs: all reported together
     for task in cfg.tasks:
         e = cfg.entries[task.name]
         graph = _graph(cfg, task.name, "graph", device)
@@ -437,9 +432,12 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
         bindings.append(binding)
         if e.get("initial") is not None:
             values = _initial(cfg, task.name, device)
+            problems += initial_problems(cfg.source, task.name, inputs, e["initial"], values, fed)
             for name, value in values.items():
                 if name in inputs:
                     initial[inputs[name]] = value
+    problems += egress_problems(cfg.source, cfg.egress, bindings)   # before a run, not mid-run in the encoder
+    raise_all(cfg.source, problems)
     return bindings, initial
 
 

@@ -442,12 +442,16 @@ def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task],
 
 
 def load_taskset(path: str | Path) -> tuple[str, list[Task], list[Chain]]:
-    """``load_yaml``, the top-level keys checked as ``parse_stack`` checks them, then ``parse_taskset``."""
+    """``load_yaml``, the keys checked as ``parse_stack`` checks them, ``parse_taskset``, then (a full
+    stack) its channels' wiring as ``parse_stack`` checks it (``wiring.py``: no graphs built)."""
     from .stack import check_top_level_keys   # stack.py imports this module
+    from .wiring import check_wiring
 
     doc = load_yaml(path)
     check_top_level_keys(doc, str(path))
-    return parse_taskset(doc, str(path))
+    out = parse_taskset(doc, str(path))
+    check_wiring(doc, str(path))
+    return out
 
 
 def task_writes(path: str | Path) -> dict[str, set[str]]:

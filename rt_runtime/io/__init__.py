@@ -4,6 +4,6 @@ The same codecs serve the bag replay (``rosbags`` message objects) and the live 
 message objects): both expose the same field names, and the codecs only read and write fields.
 """
 from .egress import EGRESS_CODECS, EgressCodec
-from .ingress import INGRESS_CODECS, IngressCodec, IngressError
+from .ingress import INGRESS_CODECS, IngressCodec, IngressError, NonFiniteError
 
-__all__ = ["EGRESS_CODECS", "INGRESS_CODECS", "EgressCodec", "IngressCodec", "IngressError"]
+__all__ = ["EGRESS_CODECS", "INGRESS_CODECS", "EgressCodec", "IngressCodec", "IngressError", "NonFiniteError"]

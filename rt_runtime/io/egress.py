@@ -7,7 +7,7 @@ node hands the same bytes to rclpy, so both paths publish the same thing.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -23,6 +23,30 @@ _CLASS_RGB = ((0.2, 0.6, 1.0), (0.1, 0.3, 0.9), (1.0, 0.7, 0.1), (1.0, 0.2, 0.2)
 
 
 @dataclass(frozen=True)
+class Layout:
+    """What a codec reads from one role's tensor: its shape (an int: that size; a name: any size) and dtype kind.
+
+    ``config.stack.build_bindings`` checks the writer graph's output spec against it before a run, so
+    a channel of another layout is refused up front instead of failing mid-run in the encoder."""
+
+    shape: tuple[int | str, ...]
+    kind: str   # "float" or "int"
+    what: str = ""   # the columns, for the message (e.g. "TRACK_COLS")
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.shape) + ("," if len(self.shape) == 1 else "")
+        return f"({dims}) {self.kind}" + (f" ({self.what})" if self.what else "")
+
+    def accepts(self, shape: tuple[Any, ...], dtype: str) -> bool:
+        """True when a tensor of ``shape`` (ints, or symbolic dims) and numpy ``dtype`` is read as intended."""
+        kinds = {"float": "f", "int": "iu"}[self.kind]
+        if np.dtype(dtype).kind not in kinds or len(shape) != len(self.shape):
+            return False
+        return all(isinstance(want, str) or (isinstance(have, int) and have == want)
+                   for want, have in zip(self.shape, shape))
+
+
+@dataclass(frozen=True)
 class EgressCodec:
     """Builds one message type from named tensors."""
 
@@ -32,6 +56,7 @@ class EgressCodec:
     encode: Encode
     doc: str
     cdr: Callable[[Mapping[str, np.ndarray], int, str], bytes] | None = None  # byte-identical fast path
+    layouts: Mapping[str, Layout] = field(default_factory=dict)   # role -> what the codec reads of it
 
     def to_cdr(self, data: Mapping[str, np.ndarray], t_ns: int, frame: str) -> bytes:
         """The message's CDR bytes (through the fast path when the codec has one)."""
@@ -89,11 +114,13 @@ def _markers(data: Mapping[str, np.ndarray], t_ns: int, frame: str) -> Any:
 EGRESS_CODECS: dict[str, EgressCodec] = {c.name: c for c in (
     EgressCodec("path", "nav_msgs/msg/Path", ("trajectory",), _path,
                 "trajectory (P, 5: x, y, yaw, v, t) -> nav_msgs/Path, one pose per row stamped at t",
-                cdr=lambda d, t, f: path_cdr(d["trajectory"], t, f)),
+                cdr=lambda d, t, f: path_cdr(d["trajectory"], t, f),
+                layouts={"trajectory": Layout(("P", 5), "float", "x, y, yaw, v, t")}),
     EgressCodec("markers", "visualization_msgs/msg/MarkerArray", ("tracks", "count"), _markers,
                 "tracks (T, 12) + count -> MarkerArray: DELETEALL, then a cube per track",
                 cdr=lambda d, t, f: markers_cdr(d["tracks"], int(np.asarray(d["count"]).reshape(-1)[0]), t, f,
-                                                _CLASS_NAMES, _CLASS_RGB)),
+                                                _CLASS_NAMES, _CLASS_RGB),
+                layouts={"tracks": Layout(("T", 12), "float", "TRACK_COLS"), "count": Layout((1,), "int")}),
 )}
 
 
@@ -119,4 +146,4 @@ def diagnostics(stats: Mapping[str, Mapping[str, Any]], t_ns: int, extra: Mappin
     return msg_class("diagnostic_msgs/msg/DiagnosticArray")(header=header(t_ns, ""), status=statuses)
 
 
-__all__ = ["EGRESS_CODECS", "EgressCodec", "diagnostics"]
+__all__ = ["EGRESS_CODECS", "EgressCodec", "Layout", "diagnostics"]

@@ -5,6 +5,11 @@ reference stack's input contracts expect (``pipelines/schema.py``): one array pe
 declares (most codecs have the single role ``value``). A message that cannot be
 decoded raises ``IngressError`` naming the topic, what was expected and what was found; the
 caller counts it and goes on (a bad message never stops a replay or a vehicle).
+
+A message that decodes but carries NaN/Inf where the stack needs numbers raises ``NonFiniteError``
+(an ``IngressError``): any non-finite odometry, route or radar value; a LiDAR cloud whose points are
+more than half non-finite (drivers mark a missing return with NaN x/y/z, and the codec drops those
+points), or whose kept points have a non-finite intensity. Images are integers: nothing to check.
 """
 from __future__ import annotations
 
@@ -21,6 +26,19 @@ from ..bag.types import stamp_ns
 class IngressError(ValueError):
     """A sensor message that cannot be decoded; names the topic."""
 
+    kind = "undecodable"
+
+
+class NonFiniteError(IngressError):
+    """A sensor message that decodes but carries NaN/Inf where the stack needs numbers; names the topic."""
+
+    kind = "nonfinite"
+
+
+# A LiDAR sweep with more non-finite (no-return) points than this is rejected: a sensor that sees
+# nothing is faulty, not looking at the sky (the simulator's sweeps are about 35 % no-return).
+MAX_NONFINITE_POINTS = 0.5
+
 
 @dataclass(frozen=True)
 class IngressCodec:
@@ -31,6 +49,41 @@ class IngressCodec:
     decode: Callable[[Any, str], np.ndarray | dict[str, np.ndarray]]
     doc: str
     roles: tuple[str, ...] = ("value",)
+    # What is non-finite in a decoded message that must not reach the stack (None: nothing)
+    nonfinite: Callable[[Any, dict[str, np.ndarray]], str | None] = lambda msg, value: _any_nonfinite(value)
+
+
+def _any_nonfinite(value: dict[str, np.ndarray], names: tuple[str, ...] = ()) -> str | None:
+    """Which float values are NaN/Inf: "N non-finite value(s) in ROLE" (with field ``names`` per column)."""
+    for role, a in value.items():
+        if a.dtype.kind != "f" or a.size == 0:
+            continue
+        bad = ~np.isfinite(a)
+        if bad.any():
+            cols = bad.reshape(-1, a.shape[-1]).any(axis=0) if names and a.ndim >= 1 and a.shape[-1] == len(names) \
+                else None
+            where = ", ".join(n for n, b in zip(names, cols) if b) if cols is not None else role
+            return f"{int(bad.sum())} non-finite value(s) (NaN/Inf) in {where}"
+    return None
+
+
+def _points(msg: Any) -> int:
+    return int(msg.width) * int(msg.height)
+
+
+def _lidar_nonfinite(msg: Any, value: dict[str, np.ndarray]) -> str | None:
+    total, kept = _points(msg), len(value["value"])
+    if total and total - kept > MAX_NONFINITE_POINTS * total:
+        return (f"{total - kept} of {total} points have non-finite x/y/z (more than "
+                f"{MAX_NONFINITE_POINTS:.0%} of a sweep)")
+    return _any_nonfinite(value, ("x", "y", "z", "intensity"))
+
+
+def _radar_nonfinite(msg: Any, value: dict[str, np.ndarray]) -> str | None:
+    total, kept = _points(msg), len(value["value"])
+    if kept < total:
+        return f"{total - kept} of {total} points have non-finite x/y/z"
+    return _any_nonfinite(value, ("x", "y", "z", "doppler", "rcs"))
 
 
 def _lidar_points(msg: Any, topic: str) -> np.ndarray:
@@ -67,6 +120,18 @@ def _odometry(msg: Any, topic: str) -> np.ndarray:
                      stamp_ns(msg.header.stamp) * 1e-9], np.float64)
 
 
+def _odometry_nonfinite(msg: Any, value: dict[str, np.ndarray]) -> str | None:
+    # The fields the codec reads, by name: an Inf in the quaternion can still give a finite yaw.
+    p, q, tw = msg.pose.pose.position, msg.pose.pose.orientation, msg.twist.twist
+    fields = {"pose.position.x": p.x, "pose.position.y": p.y, "pose.orientation.x": q.x,
+              "pose.orientation.y": q.y, "pose.orientation.z": q.z, "pose.orientation.w": q.w,
+              "twist.linear.x": tw.linear.x, "twist.angular.z": tw.angular.z}
+    bad = [name for name, v in fields.items() if not math.isfinite(v)]
+    if bad:
+        return f"non-finite value(s) (NaN/Inf) in {', '.join(bad)}"
+    return _any_nonfinite(value, ("x", "y", "yaw", "vx", "yaw_rate", "stamp"))
+
+
 def _route(msg: Any, topic: str) -> dict[str, np.ndarray]:
     xy = np.array([[p.pose.position.x, p.pose.position.y] for p in msg.poses], np.float32).reshape(-1, 2)
     if len(xy) < 2:
@@ -76,24 +141,33 @@ def _route(msg: Any, topic: str) -> dict[str, np.ndarray]:
 
 INGRESS_CODECS: dict[str, IngressCodec] = {c.name: c for c in (
     IngressCodec("lidar_points", ("sensor_msgs/msg/PointCloud2",), _lidar_points,
-                 "PointCloud2 -> (N, 4) float32 x, y, z, intensity; non-finite points dropped"),
+                 "PointCloud2 -> (N, 4) float32 x, y, z, intensity; non-finite points dropped "
+                 "(rejected when more than half are)", nonfinite=_lidar_nonfinite),
     IngressCodec("radar_points", ("sensor_msgs/msg/PointCloud2",), _radar_points,
-                 "PointCloud2 with doppler and rcs -> (R, 5) float32 x, y, z, doppler, rcs"),
+                 "PointCloud2 with doppler and rcs -> (R, 5) float32 x, y, z, doppler, rcs; "
+                 "rejected if any is non-finite", nonfinite=_radar_nonfinite),
     IngressCodec("image_rgb", ("sensor_msgs/msg/Image",), _image_rgb,
-                 "Image (rgb8, bgr8, mono8, ...) -> (H, W, 3) uint8 RGB"),
+                 "Image (rgb8, bgr8, mono8, ...) -> (H, W, 3) uint8 RGB", nonfinite=lambda msg, value: None),
     IngressCodec("odometry", ("nav_msgs/msg/Odometry",), _odometry,
-                 "Odometry -> (6,) float64 x, y, yaw, vx, yaw_rate, stamp seconds"),
+                 "Odometry -> (6,) float64 x, y, yaw, vx, yaw_rate, stamp seconds; rejected if a field it reads "
+                 "is non-finite", nonfinite=_odometry_nonfinite),
     IngressCodec("route", ("nav_msgs/msg/Path",), _route,
-                 "Path (map frame) -> route (K, 2) float32 x, y and count (1,) int32", roles=("route", "count")),
+                 "Path (map frame) -> route (K, 2) float32 x, y and count (1,) int32; rejected if any is non-finite",
+                 roles=("route", "count"), nonfinite=lambda msg, value: _any_nonfinite(value, ("x", "y"))),
 )}
 
 
 def decode(codec: IngressCodec, msg: Any, topic: str) -> dict[str, np.ndarray]:
-    """Run a codec: {role: array}; every decoding failure becomes an ``IngressError`` naming the topic."""
+    """Run a codec: {role: array}; every decoding failure becomes an ``IngressError`` naming the topic,
+    and NaN/Inf the stack must not see a ``NonFiniteError`` (see the module's doc)."""
     try:
         out = codec.decode(msg, topic)
-        return out if isinstance(out, dict) else {"value": out}
+        out = out if isinstance(out, dict) else {"value": out}
     except IngressError:
         raise
     except (CodecError, AttributeError, ValueError, TypeError, IndexError) as e:
         raise IngressError(f"topic {topic}: {codec.name} could not decode the message ({e})") from None
+    why = codec.nonfinite(msg, out)
+    if why is not None:
+        raise NonFiniteError(f"topic {topic}: {codec.name}: {why}; rejected")
+    return out

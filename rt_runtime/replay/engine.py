@@ -7,7 +7,9 @@ Order of one replay step (see docs/CYCLE.md for what the runtime does inside ``r
 2. Let the runtime run everything strictly before that instant (releases, jobs, LET publishes),
    then flush the outputs published so far, in (time, topic) order, to the digest and the bag.
 3. Decode the message with its topic's codec and push it into its channel at its logical time.
-   A message that cannot be decoded is counted and skipped; the replay goes on.
+   A message that cannot be decoded, carries NaN/Inf or lies in a damaged chunk is counted (per
+   topic and kind, ``ReplayResult.bad_messages``), skipped and told to the safety monitor as a
+   rejection; a header stamp going backwards or far from the log time is counted, the message used.
 4. Diagnostics are published at every multiple of the diagnostics period, after the outputs of
    that instant.
 
@@ -72,7 +74,7 @@ class ReplayResult:
     tasks: dict[str, TaskTimes]
     stats: dict[str, dict[str, Any]]
     outputs: dict[str, int]
-    bad_messages: dict[str, int]
+    bad_messages: dict[str, dict[str, int]]   # topic -> kind (undecodable, nonfinite, crc, stamp_backwards, ...) -> n
     inputs: int
     exec_s: float = 0.0
     quality: dict[str, Any] | None = None
@@ -155,9 +157,13 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         raise ReplayError(str(e)) from None
     wanted = {r.topic: r for r in cfg.ingress}
     missing = sorted(set(wanted) - set(reader.topics))
-    if missing:
-        raise ReplayError(f"{bag_path}: the configuration needs topic(s) {missing} that the bag does not have; "
-                          f"the bag has {sorted(reader.topics)} (remap with --remap FROM=TO)")
+    problems = [f"{bag_path}: the configuration needs topic(s) {missing} that the bag does not have; "
+                f"the bag has {sorted(reader.topics)} (remap with --remap FROM=TO)"] if missing else []
+    problems += codec_problems(cfg, reader.topics)
+    if problems:
+        reader.close()
+        raise ReplayError(problems[0] if len(problems) == 1 else
+                          f"{bag_path}: {len(problems)} problems, one per line:\n" + "\n".join(problems))
 
     import torch
 
@@ -196,7 +202,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             if ex is not None:
                 warm_up(ex)
     duration_ns = reader.duration_ns if until_s is None else min(reader.duration_ns, int(until_s * 1e9))
-    bad: dict[str, int] = {}
+    bad: dict[str, dict[str, int]] = {}
+    said: set[str] = set()   # damaged chunks already warned of
     inputs = 0
     next_diag = cfg.diagnostics_period_ns
 
@@ -256,11 +263,10 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             # time: the runtime then knows it is coming, and slack is not cut at every odometry tick.
             if item.t_ns > 0 and (not virtual or any(ch in triggers for ch in item.route.channels.values())):
                 advance(item.t_ns - 1)
-            if item.value is None:
-                if item.topic not in bad:
-                    print(f"rt-runtime replay: warning: {item.error} (further bad messages on this topic are only "
-                          "counted)", file=sys.stderr)
-                bad[item.topic] = bad.get(item.topic, 0) + 1
+            for kind, why in item.notes:   # counted, and the message is still used
+                _count_bad(bad, item.topic, kind, why, said)
+            if item.value is None:   # rejected: undecodable, nonfinite, or in a damaged chunk (crc, chunk)
+                _count_bad(bad, item.topic, item.kind or "undecodable", item.error or "", said)
                 if monitor is not None:
                     monitor.rejected(next(iter(item.route.channels.values())), item.t_ns)
                 continue
@@ -324,6 +330,45 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         extra = {"channels": collector.channels, "cfg": ran} if retain_channels else {}
         result.quality = quality(bag_path, collector.retained, reader.start_ns, ego, **extra)
     return result
+
+
+def _count_bad(bad: dict[str, dict[str, int]], topic: str, kind: str, why: str, said: set[str]) -> None:
+    """Count a bad message by topic and kind; the first of each kind on a topic is one line on stderr
+    (a damaged chunk's line, which names the chunk, once for all its topics: ``said``)."""
+    kinds = bad.setdefault(topic, {})
+    if kind not in kinds and why not in said:
+        chunk = kind in ("crc", "chunk")
+        if chunk:
+            said.add(why)
+        print(f"rt-runtime replay: warning: {why}" + ("" if chunk else
+              f" (further {kind} messages on {topic} are counted silently)"), file=sys.stderr)
+    kinds[kind] = kinds.get(kind, 0) + 1
+
+
+def _msgtype(name: str) -> str:
+    """``pkg/Type`` (ROS 1 style) as ``pkg/msg/Type``, so both spellings compare equal."""
+    parts = name.split("/")
+    return f"{parts[0]}/msg/{parts[1]}" if len(parts) == 2 else name
+
+
+def codec_problems(cfg: StackConfig, topics: dict[str, str]) -> list[str]:
+    """One line per ingress topic whose message type in the bag (``topics``: topic -> type) is not one
+    its codec decodes (``IngressCodec.msgtypes``): its messages would all be skipped as bad."""
+    from ..io import INGRESS_CODECS
+
+    renamed = {new: old for old, new in cfg.remap.items()}
+    out = []
+    for r in cfg.ingress:
+        codec, found = INGRESS_CODECS[r.codec], topics.get(r.topic)
+        if found is None or _msgtype(found) in {_msgtype(t) for t in codec.msgtypes}:
+            continue
+        decodes = codec.msgtypes[0] if len(codec.msgtypes) == 1 else f"one of {', '.join(codec.msgtypes)}"
+        was = f" (remapped from {renamed[r.topic]})" if r.topic in renamed else ""
+        fits = [n for n, c in INGRESS_CODECS.items() if _msgtype(found) in {_msgtype(t) for t in c.msgtypes}]
+        fix = f"codecs that decode {found}: {', '.join(fits)}" if fits else f"no codec decodes {found}"
+        out.append(f"{cfg.source}: ingress {r.topic}{was}: codec {r.codec} decodes {decodes}, but the bag's "
+                   f"{r.topic} is {found} ({fix}; or remap another topic here)")
+    return out
 
 
 def _to_tensor(a: Any, device: str) -> Any:

@@ -4,6 +4,13 @@ On the wall clock, reading and decompressing a bag chunk can take longer than a 
 on the thread that drives the runtime would delay releases. ``prefetched`` moves the reading and
 decoding to a reader thread that stays a bounded number of messages ahead (bag decompression and
 numpy decoding release the GIL), so the driver only pops ready arrays.
+
+Bad sensor data is classified per message (docs/SENSORS.md, "Bad sensor data"): rejected, with
+``value`` None and ``kind`` saying why, are ``undecodable`` messages, ``nonfinite`` ones (NaN/Inf
+the stack must not see, ``io.ingress.NonFiniteError``) and the messages of a damaged MCAP chunk
+(``crc``, ``chunk``); only noted, in ``notes`` (the message is still used), are header stamps
+that go backwards on a topic (``stamp_backwards``) or lie more than ``STAMP_FAR_NS`` from the
+message's log time (``stamp_far``).
 """
 from __future__ import annotations
 
@@ -13,9 +20,14 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from ..bag import BagError, BagReader
+from ..bag.types import stamp_ns
 from ..config.stack import IngressRoute
 from ..io import INGRESS_CODECS, IngressError
 from ..io.ingress import decode
+
+# A header stamp further than this from the log time is on another clock (or wrong); a simulated
+# LiDAR sweep is logged 105 ms after its stamp, a real driver's messages within tens of ms.
+STAMP_FAR_NS = 1_000_000_000
 
 
 @dataclass
@@ -28,21 +40,50 @@ class FeedItem:
     route: IngressRoute
     value: dict[str, Any] | None
     error: str | None = None
+    kind: str | None = None   # why ``value`` is None: undecodable, nonfinite, crc, chunk
+    notes: tuple[tuple[str, str], ...] = ()   # (kind, what) of a message used anyway: stamp_backwards, stamp_far
 
 
 def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration_ns: int) -> Iterator[FeedItem]:
-    """The bag's input messages in order, decoded; a bad message is an item with ``error`` set."""
-    for msg in reader.messages(topics=list(routes)):
+    """The bag's input messages in order, decoded; a bad message is an item with ``error`` and ``kind`` set."""
+    last: dict[str, int] = {}   # header stamp of the topic's last used message
+    for msg in reader.messages(topics=list(routes), damaged=True):
         t = msg.t_ns - reader.start_ns
         if t > duration_ns:
             return
         route = routes[msg.topic]
-        try:
-            value = decode(INGRESS_CODECS[route.codec], reader.decode(msg), msg.topic)
-        except (IngressError, BagError) as e:
-            yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e))
+        if msg.damage is not None:
+            yield FeedItem(t, msg.t_ns, msg.topic, route, None, f"{msg.damage[1]}: its messages are rejected and "
+                           f"counted per topic as {msg.damage[0]}", msg.damage[0])
             continue
-        yield FeedItem(t, msg.t_ns, msg.topic, route, value)
+        try:
+            obj = reader.decode(msg)
+            value = decode(INGRESS_CODECS[route.codec], obj, msg.topic)
+        except IngressError as e:
+            yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e), e.kind)
+            continue
+        except BagError as e:
+            yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e), "undecodable")
+            continue
+        yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(obj, msg.topic, msg.t_ns, last))
+
+
+def _stamp_notes(obj: Any, topic: str, log_ns: int, last: dict[str, int]) -> tuple[tuple[str, str], ...]:
+    """What is odd about a used message's header stamp: backwards on its topic, far from its log time."""
+    head = getattr(obj, "header", None)
+    if head is None:
+        return ()
+    s = stamp_ns(head.stamp)
+    notes = []
+    prev = last.get(topic)
+    if prev is not None and s < prev:
+        notes.append(("stamp_backwards", f"topic {topic}: header stamp {s / 1e9:.6f} s goes back "
+                                         f"{(prev - s) / 1e6:.1f} ms from the message before; the message is used"))
+    if abs(s - log_ns) > STAMP_FAR_NS:
+        notes.append(("stamp_far", f"topic {topic}: header stamp {s / 1e9:.6f} s is {(s - log_ns) / 1e9:+.3f} s "
+                                   f"from the log time; the message is used"))
+    last[topic] = s
+    return tuple(notes)
 
 
 _END = object()

@@ -10,8 +10,8 @@ instead (stale) and runs anyway: a planner still plans when a detector fails. A 
 waiting at r + D misses like any job (its reaction applies) and is never released.
 
 A member that has a period of its own (a planner; not a task triggered by its predecessor's
-output) is also released on its own, reading the channels, whenever its chain has not released it
-for one and a half of its periods: a planner keeps planning (in its minimal-risk mode, if the safety
+output) is also released on its own, reading the channels, whenever its chain has opened no
+instance for one and a half of the member's periods: a planner keeps planning (in its minimal-risk mode, if the safety
 supervisor says so) when the LiDAR that heads its chain falls silent.
 
 These functions are the scheduler's hooks for chains; they run where the scheduler runs (under
@@ -40,6 +40,7 @@ class ChainState:
         self.deadline_ns = deadline_ns
         # D_1 + ... + D_k: member k's hop deadline is r + hop_end[k] (its task's deadline, core/chain.py)
         self.hop_end = [ts.deadline for ts in members]
+        self.last_open: int | None = None   # the head's latest release: the latest instance
         for k, ts in enumerate(members):
             ts.chain, ts.chain_pos = self, k
         for k, ts in enumerate(members[1:], 1):
@@ -65,6 +66,9 @@ class ChainRun:
 def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
     """The head's job was released at ``r``: create the other members' jobs, snapshotting their inputs now."""
     chain: ChainState = head.ts.chain
+    chain.last_open = r
+    for ts in chain.members[1:]:
+        arm_timeout(s, ts, r)
     run = ChainRun(chain, r)
     run.jobs[0] = head
     head.chain_run = run
@@ -132,8 +136,6 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
     nxt.release_ns = t
     nxt.state = READY
     ts.c["released"] += 1
-    ts.last_release = t
-    arm_timeout(s, ts, t)
     if s.tr:
         s.sink.emit(_K.RELEASE, t, ts.name, nxt.index, ts.worker, CHAIN_RELEASE)
         s.sink.emit(_K.CHAIN, t, ts.name, nxt.index, job.index, k)
@@ -174,8 +176,12 @@ def arm_timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
 
 
 def timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
-    """A member's timeout entry: release it on its own (reading the channels) unless it ran since."""
-    if ts.last_release is None or ts.last_release <= t - ts.chain_timeout:
+    """A member's timeout entry: release it on its own (reading the channels), unless its chain opened an
+    instance or it ran on its own within the timeout. Measured from the head's releases, not the
+    member's own: how long the members before it took must not decide whether it runs twice."""
+    since = t - ts.chain_timeout
+    opened, alone = ts.chain.last_open, ts.last_release
+    if (opened is None or opened <= since) and (alone is None or alone <= since):
         s.release(ts, t)
 
 
