@@ -175,3 +175,29 @@ def test_a_periodic_member_runs_on_its_own_when_its_chain_falls_silent() -> None
     assert rel == [(5, 2), (105, 2), (205, 2), (350, 0), (500, 0), (650, 0)]   # 1.5 periods after the last open
     assert rt.stats()["A"]["released"] == 3 and rt.stats()["C"]["missed"] == 0
     assert [v for ch, t, v in out if ch == "/c" and t > 300] == [63.0] * 3   # the last published /a and /b
+
+
+def test_ops_read_the_metadata_of_what_they_read() -> None:
+    """``x.meta`` beside ``x``: [t_ns, seq, age_ns, stale] of the message the job read, with no binding of its own."""
+    from rt_runtime.sched.meta import meta_spec
+
+    seen = []
+    x, out = TensorSpec("x", (1,), "float32"), TensorSpec("y", (1,), "float32")
+    g = Graph("m", [Op("m", lambda v, m, y: (seen.append(m.tolist()), y.copy_(v))[1], (x, meta_spec("x")), (out,))],
+              [x, meta_spec("x")], ["y"])
+    b = TaskBinding(Task("M", 10 * MS, 1 * MS), g, inputs={"x": "/x"}, outputs={"y": "/y"})
+    rt = Runtime([b], clock=VirtualClock(), cost=BudgetCost([b]))
+    rt.push("/x", 3 * MS, torch.zeros(1))
+    rt.push("/x", 12 * MS, torch.ones(1))
+    rt.run_until(35 * MS)
+    # Released at 10 (reads the 3 ms message, seq 0), 20 (the 12 ms one, seq 1), 30 (nothing new: stale).
+    assert seen == [[3 * MS, 0, 7 * MS, 0], [12 * MS, 1, 8 * MS, 0], [12 * MS, 1, 18 * MS, 1]]
+    # Inside a chain, a handed-over input is stamped at the hand-over, not yet published (seq -1).
+    tasks = [TaskBinding(Task("A", 100 * MS, 2 * MS, trigger="/in"), unary("a", lambda v: v + 1),
+                         inputs={"x": "/in"}, outputs={"y": "/a"}),
+             TaskBinding(Task("B", 100 * MS, 3 * MS), g, inputs={"x": "/a"}, outputs={"y": "/b"})]
+    seen.clear()
+    rt = Runtime(tasks, clock=VirtualClock(), cost=BudgetCost(tasks), chains=[Chain("ab", ("A", "B"), 20 * MS)])
+    rt.push("/in", 5 * MS, torch.zeros(1))
+    rt.run_until(50 * MS)
+    assert seen == [[7 * MS, -1, 0, 0]]

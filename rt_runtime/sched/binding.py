@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 from ..core.graph import Graph
 from ..core.op import Op
 from ..core.task import Task, TaskError
+from .meta import meta_inputs
 
 
 class Reaction(str, Enum):
@@ -70,7 +71,7 @@ class TaskBinding:
         object.__setattr__(self, "on_overrun", Reaction(self.on_overrun if self.on_overrun is not None
                                                         else Reaction.NONE))
         object.__setattr__(self, "publish", Publish(self.publish))
-        need = {s.name for s in g.inputs}
+        need = {s.name for s in g.inputs} - set(meta_inputs(s.name for s in g.inputs))   # x.meta follows x
         if set(self.inputs) != need:
             raise TaskError(t.name, "inputs", f"graph '{g.name}' reads {sorted(need)}; the binding maps "
                                               f"{sorted(self.inputs)}")
@@ -80,9 +81,10 @@ class TaskBinding:
             raise TaskError(t.name, "outputs", f"graph '{g.name}' has no output(s) {sorted(extra)}")
         if self.fallback is not None:
             f = self.fallback
-            if not {s.name for s in f.inputs} <= need:
+            f_need = {s.name for s in f.inputs} - set(meta_inputs(s.name for s in f.inputs))
+            if not f_need <= need:
                 raise TaskError(t.name, "fallback", f"graph '{f.name}' reads inputs the task does not map: "
-                                                    f"{sorted({s.name for s in f.inputs} - need)}")
+                                                    f"{sorted(f_need - need)}")
             missing = set(self.outputs) - {s.name for s in f.outputs}
             if missing:
                 raise TaskError(t.name, "fallback", f"graph '{f.name}' does not produce {sorted(missing)}")

@@ -87,6 +87,8 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         handed = {gin for gin, *_ in ts.chain_in}
         inputs = job.inputs = {}
         pins = job.pins = []
+        meta = ts.meta
+        job.meta_block = meta.take() if meta is not None else 0
         for gin, ch, rid in ts.readers:
             if gin in handed:
                 continue
@@ -99,6 +101,8 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
                 return
             inputs[gin] = slot.data
             pins.append((ch, slot))
+            if meta is not None and gin in meta.row_of:
+                meta.fill(job.meta_block, gin, slot.t_ns, slot.seq, r, ch.readers[rid].stale)
         if ts.writers:
             job.outs = [ch.reserve() for _, ch in ts.writers]
         job.fallback = ts.mode
@@ -122,7 +126,8 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
     for gin, ch, rid, j, oi in ts.chain_in:
         src = run.jobs[j]
         slot = src.outs[oi] if src is not None and src.state != ABORTED and src.outs else None
-        if slot is not None and slot.index >= 0 and slot.data is not None:
+        handed = slot is not None and slot.index >= 0 and slot.data is not None
+        if handed:
             slot.refs += 1   # the slot stays this instance's until the reader lets go
         else:
             slot = ch.read(rid)   # the producer failed: its last published value, stale
@@ -133,6 +138,13 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
                 return
         nxt.inputs[gin] = slot.data
         nxt.pins.append((ch, slot))
+        if ts.meta is not None and gin in ts.meta.row_of:   # handed over: stamped at this instant, no seq yet
+            if handed:
+                ts.meta.fill(nxt.meta_block, gin, t, -1, t, False)
+            else:
+                ts.meta.fill(nxt.meta_block, gin, slot.t_ns, slot.seq, t, ch.readers[rid].stale)
+    if ts.meta is not None:
+        ts.meta.bind(nxt.meta_block, nxt.inputs)
     nxt.release_ns = t
     nxt.state = READY
     ts.c["released"] += 1

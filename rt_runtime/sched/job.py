@@ -58,6 +58,7 @@ class TaskState:
         self.chain_pos = 0                   # its place in that chain (0: the head)
         self.chain_in: list[tuple] = []      # (graph input, channel, reader, member, output index) handed over
         self.chain_timeout = 0               # released on its own after this long without a chain release
+        self.meta: Any = None                # message metadata rows for ``x.meta`` inputs (sched.meta.MetaPool)
 
     def stats(self) -> dict[str, Any]:
         """Counters plus the current mode."""
@@ -94,6 +95,7 @@ class RunJob(Job):
     abort_req = False     # abort at the next op boundary
     late_ok = False       # reaction "none" to a miss: publish late, at finish
     chain_run: Any = None  # the chain instance the job belongs to (sched.chains.ChainRun)
+    meta_block = 0         # its rows in its task's MetaPool
 
     def __init__(self, ts: TaskState, index: int, release_ns: int, deadline_ns: int, pkey: tuple) -> None:
         self.task = ts.task

@@ -36,6 +36,7 @@ from .dispatch import Worker
 from .events import EventSink, NullSink
 from .inline import run_inline
 from .job import TaskState
+from .meta import MetaPool, meta_inputs
 from .policy import Policy, as_policy, partition
 from .scheduler import Egress, Scheduler
 from .threads import ThreadPolicy, make_realtime, run_threaded, start_threads, stop_threads
@@ -119,6 +120,10 @@ class Runtime:
                 ch = self.channels[b.task.trigger]
                 ts.trigger = (ch, ch.add_reader(f"{b.name}.trigger"))
             ts.writers = [(gout, self.channels[chname]) for gout, chname in sorted(b.outputs.items())]
+            metas = {**meta_inputs(s.name for s in b.graph.inputs),   # type: ignore[union-attr]
+                     **(meta_inputs(s.name for s in b.fallback.inputs) if b.fallback is not None else {})}
+            if metas:   # one block of rows per job that can be alive at once (and one being filled)
+                ts.meta = MetaPool(metas, max_active + 2)
             states.append(ts)
         self._reserve(states, max_active)
 

@@ -204,6 +204,8 @@ class Scheduler:
             inputs = job.inputs = {}
             pins = job.pins = []
             stale = 0
+            meta = ts.meta
+            block = meta.take() if meta is not None else 0
             for gin, ch, rid in ts.readers:
                 s = ch.read(rid)
                 if ch.last_read_drops and tr:
@@ -215,9 +217,14 @@ class Scheduler:
                     if tr:
                         self.sink.emit(_K.DROP, r, ts.name, idx, DROP_NO_INPUT, 1)
                     return
-                stale += ch.readers[rid].stale
+                st = ch.readers[rid].stale
+                stale += st
                 inputs[gin] = s.data
                 pins.append((ch, s))
+                if meta is not None and gin in meta.row_of:
+                    meta.fill(block, gin, s.t_ns, s.seq, r, st)
+            if meta is not None:
+                meta.bind(block, inputs)
             if tr:
                 self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, len(inputs), stale)
         elif tr:
