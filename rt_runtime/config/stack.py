@@ -425,7 +425,8 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
                 fallback=fallback, on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
                 worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph),
-                op_budgets=_op_budgets(e, cfg.source, task.name))
+                op_budgets=_op_budgets(e, cfg.source, task.name), join=_join(e, cfg.source, task.name),
+                optional=_optional(e, cfg.source, task.name))
             check_op_budgets(binding, binding.op_budgets)
         except (TaskError, ValueError) as err:
             raise ConfigError(cfg.source, str(err), task=task.name) from None
@@ -460,3 +461,24 @@ def run_chains(cfg: StackConfig, bindings: list[TaskBinding]) -> tuple[list[Chai
         if cut >= 2:
             out.append(dataclasses.replace(c, tasks=c.tasks[:cut]))
     return out, notes
+
+
+def _join(entry: Mapping[str, Any], source: str, task: str) -> Any:
+    """A ``trigger:`` mapping as a ``Join`` (validated by parse_task), else None."""
+    from .taskset import parse_join
+
+    trig = entry.get("trigger")
+    if not isinstance(trig, Mapping):
+        return None
+    return parse_join(trig, lambda m: _fail(source, f"task '{task}': trigger", m, task=task, fld="trigger"))
+
+
+def _optional(entry: Mapping[str, Any], source: str, task: str) -> frozenset[str]:
+    """``optional: [input, ...]``: inputs a job may run without (their empty default until a message)."""
+    raw = entry.get("optional")
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
+        raise _fail(source, f"task '{task}': optional", f"expected a list of input names, found {raw!r}", task=task,
+                    fld="optional")
+    return frozenset(raw)

@@ -27,7 +27,7 @@ POSITIVE_KEYS = ("period", "min_interarrival", "wcet", "deadline")
 TASK_KEYS = ("name", *DURATION_KEYS, "priority", "trigger", "criticality")
 RUNTIME_TASK_KEYS = ("graph", "args", "on_miss", "on_overrun", "fallback", "fallback_args", "group",
                      "recover_after", "initial", "redundancy", "speculate", "inputs", "outputs", "worker",
-                     "publish", "op_budgets")
+                     "publish", "op_budgets", "optional")
 CHAIN_KEYS = ("name", "tasks", "deadline")
 
 
@@ -270,8 +270,11 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
         return ConfigError(source, f"task '{name}': {key}: {message}", task=name, field=key)
 
     trigger = entry.get("trigger")
-    if trigger is not None and (not isinstance(trigger, str) or not trigger.strip()):
-        raise fail("trigger", f"expected a topic or channel name, found {clip(trigger)}")
+    if isinstance(trigger, Mapping):   # a join: {all: [a, b], window: "5ms"} or {any: [a, b]}
+        trigger = join_label(parse_join(trigger, lambda m: fail("trigger", m)))
+    elif trigger is not None and (not isinstance(trigger, str) or not trigger.strip()):
+        raise fail("trigger", f"expected a topic or channel name, or {{all: [...]}} / {{any: [...]}}, "
+                              f"found {clip(trigger)}")
     if "min_interarrival" in d:
         if trigger is None:
             raise fail("min_interarrival", "only for a task with a 'trigger'; a periodic task gives 'period'")
@@ -463,3 +466,43 @@ def task_writes(path: str | Path) -> dict[str, set[str]]:
         else [e for e in raw or [] if isinstance(e, Mapping)] if isinstance(raw, list) else []
     return {str(e.get("name")): {str(v) for v in (e.get("outputs") or {}).values()} for e in entries
             if isinstance(e.get("outputs"), Mapping)}
+
+
+JOIN_KEYS = ("all", "any", "window", "pairing")
+
+
+def parse_join(value: Mapping[str, Any], fail: Any) -> Any:
+    """``trigger: {all: [a, b], window: "5ms" | pairing: exact}`` or ``{any: [a, b]}`` as a ``Join``."""
+    from ..sched.binding import Join
+
+    unknown = [k for k in value if k not in JOIN_KEYS]
+    if unknown:
+        raise fail(f"unknown key {clip(unknown[0])}{_suggest(str(unknown[0]), JOIN_KEYS)}; expected "
+                   f"{', '.join(JOIN_KEYS)}")
+    modes = [m for m in ("all", "any") if m in value]
+    if len(modes) != 1:
+        raise fail("a join names its channels under exactly one of 'all' or 'any'")
+    chans = value[modes[0]]
+    if not isinstance(chans, list) or not all(isinstance(c, str) and c for c in chans):
+        raise fail(f"{modes[0]}: expected a list of channel names, found {clip(chans)}")
+    window = None
+    if value.get("pairing") not in (None, "exact", "approximate", "latest"):
+        raise fail(f"pairing: expected exact, approximate or latest, found {clip(value.get('pairing'))}")
+    if value.get("pairing") == "exact":
+        window = 0
+    if value.get("window") is not None:
+        try:
+            window = parse_duration(value["window"], what="window")
+        except DurationError as e:
+            raise fail(str(e)) from None
+    elif value.get("pairing") == "approximate":
+        raise fail("pairing: approximate needs a window (e.g. window: \"10ms\")")
+    try:
+        return Join(modes[0], tuple(chans), window)
+    except ValueError as e:
+        raise fail(str(e)) from None
+
+
+def join_label(join: Any) -> str:
+    """The task's ``trigger`` as the analysis sees it: a description (no channel has this name)."""
+    return f"{join.mode}({', '.join(join.channels)})"

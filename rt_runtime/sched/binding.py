@@ -32,6 +32,27 @@ class Publish(str, Enum):
 
 
 @dataclass(frozen=True)
+class Join:
+    """Release on several channels: when each (``all``) or any (``any``) has a message the task has not read.
+
+    ``all`` pairs the newest messages: with ``window_ns`` they must also be stamped within that of
+    each other (0: the same stamp, as message_filters' exact-time policy; more: its approximate-time
+    one), else the task waits for the lagging channel to catch up. The channels must be inputs."""
+
+    mode: str
+    channels: tuple[str, ...]
+    window_ns: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("all", "any"):
+            raise ValueError(f"join: mode must be 'all' or 'any', found {self.mode!r}")
+        if len(self.channels) < 2 or len(set(self.channels)) < len(self.channels):
+            raise ValueError(f"join: needs two or more distinct channels, found {list(self.channels)}")
+        if self.window_ns is not None and (self.window_ns < 0 or self.mode != "all"):
+            raise ValueError("join: a window applies to 'all' and must not be negative")
+
+
+@dataclass(frozen=True)
 class TaskBinding:
     """A task with its graph, channel wiring (graph name -> channel name) and fault handling."""
 
@@ -57,6 +78,11 @@ class TaskBinding:
     # Budgets of single ops (op name -> ns) for budget timing (``sched.budget``); the other ops share
     # the rest of the task's ``wcet``.
     op_budgets: Mapping[str, int] = field(default_factory=dict)
+    # Released by several channels (``Join``) instead of the task's single ``trigger``.
+    join: Join | None = None
+    # Inputs a job may run without: with nothing on its channel yet, it reads a zero-filled default
+    # (no rows where the spec's first dimension is symbolic) and its ``x.meta`` says stale, seq -1.
+    optional: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         t = self.task
@@ -67,6 +93,7 @@ class TaskBinding:
         object.__setattr__(self, "inputs", dict(self.inputs))
         object.__setattr__(self, "outputs", dict(self.outputs))
         object.__setattr__(self, "op_budgets", dict(self.op_budgets))
+        object.__setattr__(self, "optional", frozenset(self.optional))
         object.__setattr__(self, "on_miss", Reaction(self.on_miss))
         object.__setattr__(self, "on_overrun", Reaction(self.on_overrun if self.on_overrun is not None
                                                         else Reaction.NONE))
@@ -75,6 +102,14 @@ class TaskBinding:
         if set(self.inputs) != need:
             raise TaskError(t.name, "inputs", f"graph '{g.name}' reads {sorted(need)}; the binding maps "
                                               f"{sorted(self.inputs)}")
+        if not self.optional <= set(self.inputs):
+            raise TaskError(t.name, "inputs", f"optional {sorted(self.optional - set(self.inputs))} are not inputs")
+        if self.join is not None:
+            if not t.is_triggered:
+                raise TaskError(t.name, "trigger", "a join releases an event-triggered task: give min_interarrival")
+            missing = sorted(set(self.join.channels) - set(self.inputs.values()))
+            if missing:
+                raise TaskError(t.name, "trigger", f"join channels {missing} are not inputs of the task")
         have = {s.name for s in g.outputs}
         extra = set(self.outputs) - have
         if extra:

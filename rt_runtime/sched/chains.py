@@ -93,6 +93,11 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
             if gin in handed:
                 continue
             slot = ch.read(rid)
+            if slot is None and gin in ts.defaults:   # optional: its empty default, stale
+                inputs[gin] = ts.defaults[gin]
+                if meta is not None and gin in meta.row_of:
+                    meta.fill(job.meta_block, gin, r, -1, r, True)
+                continue
             if slot is None:
                 for ch2, s2 in pins:
                     ch2.unpin(s2)

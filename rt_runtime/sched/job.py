@@ -59,6 +59,9 @@ class TaskState:
         self.chain_in: list[tuple] = []      # (graph input, channel, reader, member, output index) handed over
         self.chain_timeout = 0               # released on its own after this long without a chain release
         self.meta: Any = None                # message metadata rows for ``x.meta`` inputs (sched.meta.MetaPool)
+        self.join: Any = binding.join        # released by several channels (sched.binding.Join)
+        self.join_readers: list[tuple["Channel", int]] = []   # its input readers on the join's channels
+        self.defaults: dict[str, Any] = {}   # optional input -> what a job reads before its first message
 
     def stats(self) -> dict[str, Any]:
         """Counters plus the current mode."""

@@ -114,9 +114,14 @@ class Runtime:
                 ch = self.channels[chname]
                 rid = ch.add_reader(f"{b.name}.{gin}")
                 ts.readers.append((gin, ch, rid))
-                if chname == b.task.trigger and ts.trigger is None:
+                if b.join is not None:
+                    if chname in b.join.channels and all(c.name != chname for c, _ in ts.join_readers):
+                        ts.join_readers.append((ch, rid))
+                elif chname == b.task.trigger and ts.trigger is None:
                     ts.trigger, ts.trigger_is_input = (ch, rid), True
-            if b.task.trigger is not None and ts.trigger is None:
+            ts.defaults = {gin: _empty(spec) for spec in b.graph.inputs   # type: ignore[union-attr]
+                           for gin in (spec.name,) if gin in b.optional}
+            if b.task.trigger is not None and ts.trigger is None and b.join is None:
                 ch = self.channels[b.task.trigger]
                 ts.trigger = (ch, ch.add_reader(f"{b.name}.trigger"))
             ts.writers = [(gout, self.channels[chname]) for gout, chname in sorted(b.outputs.items())]
@@ -162,7 +167,7 @@ class Runtime:
                 if name not in out:
                     out[name] = Channel(name, ChannelPolicy.LATEST, 1, specs[gout], check=False)
         for b in bindings:
-            for name in list(b.inputs.values()) + ([b.task.trigger] if b.task.trigger else []):
+            for name in list(b.inputs.values()) + ([b.task.trigger] if b.task.trigger and b.join is None else []):
                 if name not in out:
                     out[name] = Channel(name)
         return out
@@ -308,6 +313,18 @@ class Runtime:
         mode = "threaded" if self.threaded else "inline"
         return f"Runtime({len(self.sched.tasks)} tasks, {self.policy.name}, {len(self.sched.workers)} " \
                f"worker(s) {mode}, {self.clock!r})"
+
+
+def _empty(spec: Any) -> Any:
+    """What an optional input reads before its channel's first message: zeros, no rows where the first
+    dimension is symbolic (a bounded count of things: none yet)."""
+    import torch
+
+    from ..core.tensor import Dim
+
+    shape = [0 if (k == 0 and isinstance(d, Dim)) else (d.max if isinstance(d, Dim) else int(d))
+             for k, d in enumerate(spec.shape)]
+    return torch.zeros(shape, dtype=getattr(torch, str(spec.dtype)), device=spec.device or "cpu")
 
 
 class _NoLock:

@@ -74,7 +74,10 @@ class Scheduler:
             if ts.chain_pos > 0:
                 arm_timeout(self, ts, ts.offset)   # released by its chain predecessor's finish
                 continue
-            if ts.triggered:
+            if ts.join is not None:
+                for ch, _ in ts.join_readers:
+                    self.triggers.setdefault(ch.name, []).append(ts)
+            elif ts.triggered:
                 self.triggers.setdefault(ts.task.trigger, []).append(ts)   # type: ignore[arg-type]
             else:
                 _push(self.timeline, (ts.offset, 2, ts.name, 0, ts))
@@ -165,9 +168,24 @@ class Scheduler:
         """A new message for an event-triggered task: release it, no sooner than its min inter-arrival."""
         if ts.pending_release:
             return   # one release is already due; it will read the newest data
+        if ts.join is not None and not self.joined(ts):
+            return   # an "all" join still waits for another input
         r = t if ts.last_release is None else max(t, ts.last_release + ts.period)
         ts.pending_release = True
         self.schedule((r, 2, ts.name, ts.next_index, ts))
+
+    def joined(self, ts: TaskState) -> bool:
+        """A join's condition: any, or every, join channel has an unread message (within the window)."""
+        readers = ts.join_readers
+        if ts.join.mode == "any":
+            return any(ch.unread(rid) for ch, rid in readers)
+        if not all(ch.unread(rid) for ch, rid in readers):
+            return False
+        w = ts.join.window_ns
+        if w is None:
+            return True
+        stamps = [ch.peek(rid).t_ns for ch, rid in readers]   # type: ignore[union-attr]
+        return max(stamps) - min(stamps) <= w
 
     def release(self, ts: TaskState, r: int) -> None:
         """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
@@ -211,6 +229,12 @@ class Scheduler:
                 if ch.last_read_drops and tr:
                     self.sink.emit(_K.DROP, r, ts.name, idx, DROP_CHANNEL, ch.last_read_drops)
                 if s is None:
+                    if gin in ts.defaults:   # optional: its empty default, stale
+                        inputs[gin] = ts.defaults[gin]
+                        if meta is not None and gin in meta.row_of:
+                            meta.fill(block, gin, r, -1, r, True)
+                        stale += 1
+                        continue
                     for ch2, s2 in pins:
                         ch2.unpin(s2)
                     c["no_input"] += 1
@@ -254,6 +278,8 @@ class Scheduler:
             self.queue(self.workers[ts.worker], job)
         if ts.trigger is not None and ts.trigger[0].unread(ts.trigger[1]):
             self.trigger(ts, r)   # more queued messages: the next release, one inter-arrival later
+        elif ts.join is not None and self.joined(ts):
+            self.trigger(ts, r)
 
     def queue(self, w: Any, job: RunJob) -> None:
         """Put a released job on its worker's ready queue (and wake the worker's thread, if any)."""
