@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 from .chains import arm_timeout, chain_bound, miss_waiting, open_instance, release_next, timeout
 from .channel import Channel
 from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
+from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
 from .policy import Policy
 
@@ -168,24 +169,11 @@ class Scheduler:
         """A new message for an event-triggered task: release it, no sooner than its min inter-arrival."""
         if ts.pending_release:
             return   # one release is already due; it will read the newest data
-        if ts.join is not None and not self.joined(ts):
+        if ts.join is not None and not joined(ts):
             return   # an "all" join still waits for another input
         r = t if ts.last_release is None else max(t, ts.last_release + ts.period)
         ts.pending_release = True
         self.schedule((r, 2, ts.name, ts.next_index, ts))
-
-    def joined(self, ts: TaskState) -> bool:
-        """A join's condition: any, or every, join channel has an unread message (within the window)."""
-        readers = ts.join_readers
-        if ts.join.mode == "any":
-            return any(ch.unread(rid) for ch, rid in readers)
-        if not all(ch.unread(rid) for ch, rid in readers):
-            return False
-        w = ts.join.window_ns
-        if w is None:
-            return True
-        stamps = [ch.peek(rid).t_ns for ch, rid in readers]   # type: ignore[union-attr]
-        return max(stamps) - min(stamps) <= w
 
     def release(self, ts: TaskState, r: int) -> None:
         """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
@@ -278,7 +266,7 @@ class Scheduler:
             self.queue(self.workers[ts.worker], job)
         if ts.trigger is not None and ts.trigger[0].unread(ts.trigger[1]):
             self.trigger(ts, r)   # more queued messages: the next release, one inter-arrival later
-        elif ts.join is not None and self.joined(ts):
+        elif ts.join is not None and joined(ts):
             self.trigger(ts, r)
 
     def queue(self, w: Any, job: RunJob) -> None:
