@@ -27,9 +27,9 @@ from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "stack.yaml"
-# Environment-dependent warnings the runtime may print on the wall clock (no SCHED_FIFO, no pinning):
-# not the command's own lines.
-OS_WARNINGS = ("rt_runtime.sched:",)
+# Environment-dependent warnings the runtime may print on the wall clock (no SCHED_FIFO, no pinning),
+# and the line saying what "realtime" does there: not the command's own lines.
+OS_WARNINGS = ("rt_runtime.sched:", "rt-runtime replay: realtime:")
 
 
 def cmd(*args: str | Path) -> list[str]:

@@ -195,6 +195,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                  realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
                  cost=cost)
     rt.sched.hw = hardware
+    if not virtual:   # say what "realtime" does here, before it does it
+        print(f"rt-runtime replay: {rt.describe_realtime()}", file=sys.stderr)
     monitor = SafetyMonitor.from_spec(rt, cfg.safety).install() if cfg.safety is not None else None
     torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
     for ts in rt.sched.tasks.values():

@@ -236,6 +236,7 @@ def run_node(ros_args: Sequence[str] = (), overrides: Sequence[Parameter] = ()) 
             return 2
         executor = SingleThreadedExecutor(context=context)
         executor.add_node(node)
+        print(f"rt-runtime run: {live.rt.describe_realtime()}", file=sys.stderr, flush=True)
         print(f"rt-runtime run: running {live.cfg.source} on the {'/clock (sim time)' if live.sim else 'wall clock'}: "
               f"{len(live.bindings)} tasks, {len(live.cfg.ingress)} inputs, {len(live.cfg.egress)} outputs; "
               "SIGINT or SIGTERM stops", file=sys.stderr, flush=True)

@@ -237,6 +237,20 @@ class Runtime:
             if saved is not None:
                 saved.restore()
 
+    def describe_realtime(self) -> str:
+        """One line saying what ``realtime`` does here: scheduling class, priorities and pinning."""
+        if isinstance(self.clock, VirtualClock):
+            return "realtime: not used (virtual clock)"
+        if not self.realtime:
+            return "realtime: off (ordinary SCHED_OTHER threads, not pinned)"
+        if self.threaded:
+            cpus = sorted({w.cpu for w in self.sched.workers if w.cpu is not None})
+            return (f"realtime: SCHED_FIFO, {len(self.sched.workers)} worker thread(s) at priority {self.rt_priority} "
+                    f"pinned to CPU(s) {cpus}, the timekeeper at {min(99, self.rt_priority + 1)} (unpinned); "
+                    f"where the OS refuses, one warning and ordinary threads")
+        return (f"realtime: SCHED_FIFO priority {self.rt_priority}, the runtime thread pinned to CPU {self.cpus[0]} "
+                f"while it runs; where the OS refuses, one warning and an ordinary thread")
+
     def run_for(self, dt_ns: int) -> None:
         """Run for ``dt_ns`` of logical time from now."""
         self.run_until(self.clock.now() + int(dt_ns))
