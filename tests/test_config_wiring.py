@@ -140,6 +140,10 @@ def test_an_egress_channel_no_task_writes(tmp_path, capsys):
      ["task 'prediction': fallback_args", "no fallback"]),
     ("channel and channels", lambda d: d["ingress"][1].update(channels={"value": "radar/points"}),
      ["ingress /sensing/radar/points: channels: give 'channel'", "not both"]),
+    ("an ingress role", lambda d: d["ingress"][4]["channels"].update(cuont=d["ingress"][4]["channels"].pop("count")),
+     ["ingress /planning/route: channels.cuont: codec route produces no such role (did you mean 'count'?)"]),
+    ("an egress role", lambda d: d["egress"][0]["channels"].update(status="planning/status"),
+     ["egress /planning/trajectory: channels.status: codec path reads no such role; it reads trajectory"]),
 ])
 def test_a_key_the_entry_does_not_have(where, edit, names, tmp_path, capsys):
     cfg = stack(tmp_path, edit)

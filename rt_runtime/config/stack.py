@@ -207,8 +207,10 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
         chans = {"value": r["channel"]} if isinstance(r.get("channel"), str) else \
             _mapping(r.get("channels"), source, f"{where}: channels")
         if set(chans) != set(codec.roles):
+            extra = sorted(set(chans) - set(codec.roles))
             raise _fail(source, f"{where}: channels", f"codec {codec.name} produces {list(codec.roles)}; "
-                                                      f"found {sorted(chans)}")
+                                                      f"found {sorted(chans)}"
+                                                      f"{suggest(extra[0], codec.roles) if extra else ''}")
         ingress.append(IngressRoute(remap.get(r["topic"], r["topic"]), r["codec"], chans))
     egress = []
     for i, r in enumerate(_list(doc, "egress", source)):

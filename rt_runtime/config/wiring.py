@@ -141,6 +141,17 @@ def key_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
                 out.append(ConfigError(source, f"{_route_label(kind, i, r)}: channels: give 'channel' (a codec with "
                                                f"one output) or 'channels' (role -> channel), not both",
                                        field="channels"))
+            if isinstance(r.get("codec"), str) and isinstance(r.get("channels"), Mapping):
+                from ..io import EGRESS_CODECS, INGRESS_CODECS
+
+                codecs: Mapping[str, Any] = INGRESS_CODECS if kind == "ingress" else EGRESS_CODECS
+                roles = codecs[r["codec"]].roles if r["codec"] in codecs else ()
+                verb = "produces" if kind == "ingress" else "reads"   # an extra egress role: never published
+                for role in r["channels"] if roles else ():
+                    if role not in roles:
+                        out.append(ConfigError(source, f"{_route_label(kind, i, r)}: channels.{_shown(role)}: codec "
+                                                       f"{r['codec']} {verb} no such role{suggest(role, roles)}; "
+                                                       f"it {verb} {', '.join(roles)}", field="channels"))
     safety = doc.get("safety")
     unknown_grouped("safety", safety, SAFETY_KEYS, "safety")
     if isinstance(safety, Mapping):
