@@ -96,3 +96,30 @@ def test_a_bad_join_in_a_config_is_one_line(tmp_path, trigger, says) -> None:
     with pytest.raises(ConfigError) as e:
         build_bindings(load_stack(path))
     assert says in str(e.value) and "join.yaml: task 'fusion_tracking'" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_realtime_is_explicit_in_the_config_and_said_at_start(tmp_path) -> None:
+    import yaml
+
+    from rt_runtime.config import ConfigError
+    from rt_runtime.config.realtime import runtime_kwargs
+    from rt_runtime.config.stack import load_stack
+    from rt_runtime.sched import WallClock
+
+    doc = yaml.safe_load(open("config/stack.yaml"))
+    doc["realtime"] = {"enabled": True, "priority": 20, "cpus": [0]}
+    path = tmp_path / "rt.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    kw = runtime_kwargs(load_stack(path).realtime, default=False)
+    assert kw == {"realtime": True, "rt_priority": 20, "cpus": [0]}
+    b = TaskBinding(Task("T", 10 * MS, 1 * MS), adder(), inputs={"a": "/a", "b": "/b"})
+    assert Runtime([b], clock=WallClock(), **kw).describe_realtime().startswith(
+        "realtime: SCHED_FIFO priority 20, the runtime thread pinned to CPU 0")
+    assert Runtime([b], clock=WallClock(), realtime=False).describe_realtime().startswith("realtime: off")
+    for bad, says in (({"priority": 200}, "priority: expected an integer from 1 to 98"),
+                      ({"cpus": [4096]}, "cpus: [4096] are not CPUs this process may use"),
+                      ({"enable": True}, "unknown key 'enable'")):
+        doc["realtime"] = bad
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with pytest.raises(ConfigError, match="rt.yaml: realtime: "):
+            load_stack(path)

@@ -35,6 +35,7 @@ from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
 from ..sched.budget import check_op_budgets
 from .taskset import ConfigError, load_yaml, parse_taskset
+from .realtime import parse_realtime
 from .wiring import STACK_KEYS, check_wiring, egress_problems, initial_problems, key_problems, raise_all, suggest
 DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
 MAX_WORKERS = 1024
@@ -90,6 +91,7 @@ class StackConfig:
     diagnostics_period_ns: int = 1_000_000_000
     remap: dict[str, str] = field(default_factory=dict)
     safety: Any = None   # a ``safety.spec.SafetySpec``: the degrade supervisor; None: not installed
+    realtime: Any = None   # a ``realtime.RealtimeSpec``: SCHED_FIFO, priority, CPUs; None: the command's default
 
     def topics_in(self) -> list[str]:
         """The input topics, after remapping."""
@@ -242,7 +244,9 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
                        device=_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
                        frame=str(doc.get("frame", "map")),
-                       diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress))
+                       diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress),
+                       realtime=parse_realtime(doc.get("realtime"), lambda m: _fail(source, "realtime", m,
+                                                                                      fld="realtime")))
 
 
 def _list(doc: Mapping[str, Any], key: str, source: str) -> list[Any]:

@@ -30,7 +30,7 @@ from ..core.units import clip
 from .taskset import CHAIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS, ConfigError
 
 STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
-              "threads", "frame", "diagnostics_period", "safety", "description")
+              "threads", "frame", "diagnostics_period", "safety", "description", "realtime")
 CHANNEL_KEYS = ("name", "policy", "depth")
 INGRESS_KEYS = ("topic", "codec", "channel", "channels")
 EGRESS_KEYS = ("topic", "codec", "channels")

@@ -34,6 +34,7 @@ from typing import Any, Callable, Sequence
 from ..analysis.hardware import hardware_report
 from ..analysis.trace_stats import TaskTimes, task_times
 from ..bag import BagError, BagWriter, open_bag
+from ..config.realtime import runtime_kwargs
 from ..config.stack import StackConfig, build_bindings, run_chains
 from ..exec.warmup import warm_up
 from ..io.egress import diagnostics
@@ -192,7 +193,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                  sink=ring, egress=collector.on_publish, chains=chains,
                  # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
                  threaded=False if virtual else (workers > 1 or any(b.speculate is not None for b in bindings)),
-                 realtime=not virtual,  # on the wall clock, SCHED_FIFO where the OS permits
+                 # on the wall clock, SCHED_FIFO where the OS permits, unless the config's realtime: says otherwise
+                 **(runtime_kwargs(cfg.realtime, default=True) if not virtual else {"realtime": False}),
                  cost=cost)
     rt.sched.hw = hardware
     if not virtual:   # say what "realtime" does here, before it does it

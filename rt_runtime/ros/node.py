@@ -28,6 +28,7 @@ from rclpy.signals import SignalHandlerOptions  # noqa: E402
 
 from ..bag import to_cdr  # noqa: E402 - (all below: after the environment is set)
 from ..config import ConfigError
+from ..config.realtime import runtime_kwargs
 from ..config.stack import build_bindings, parse_remap, run_chains
 from ..core.units import DurationError, parse_duration
 from ..exec.warmup import warm_up
@@ -89,7 +90,8 @@ class LiveRuntime:
         try:
             self.rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, threaded=not self.sim,
                               channels=cfg.channels, egress=self.pump.on_publish, chains=run_chains(cfg, bindings)[0],
-                              realtime=bool(p["realtime"]) and not self.sim, **kwargs)
+                              **(runtime_kwargs(cfg.realtime, default=bool(p["realtime"])) if not self.sim
+                                 else {"realtime": False}), **kwargs)
         except ValueError as e:
             raise StartError(f"{cfg.source}: {e}") from None
         self.bindings = bindings
