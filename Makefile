@@ -9,9 +9,16 @@ STAMP  := $(VENV)/.installed
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= 42
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench clean crunch
 
-install: $(STAMP)
+install: $(STAMP) crunch
+
+# The Autoware reference example's workload (examples/autoware_reference), called through ctypes.
+CRUNCH := examples/autoware_reference/libcrunch.so
+crunch: $(CRUNCH)
+
+$(CRUNCH): examples/autoware_reference/crunch.c
+	gcc -O2 -shared -fPIC -o $@ $<
 
 $(STAMP): requirements.txt setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,4 +36,4 @@ bench: install
 	@set -e; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache $(CRUNCH)

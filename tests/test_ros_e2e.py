@@ -89,10 +89,11 @@ def on_planning_grid(st: list[int]) -> bool:
 
 
 def at_lidar_rate(st: list[int]) -> bool:
-    """Stamps of a chain headed by the LiDAR (config/stack.yaml): one per sweep, 10 Hz as the sweeps
-    arrive (not on a grid of their own), most gaps within 20 ms of 100 ms."""
-    gaps = [b - a for a, b in zip(st, st[1:])]
-    return all(g > 0 for g in gaps) and sum(abs(g - 100 * MS) <= 20 * MS for g in gaps) >= 0.8 * len(gaps)
+    """Stamps of a chain headed by the LiDAR (config/stack.yaml): one per sweep as the sweeps arrive (not
+    on a grid of their own), rising, 10 Hz in the median (a node lagging behind the played clock on a
+    loaded machine may bunch a few, or let the planner's own-period timeout run it once more)."""
+    gaps = sorted(b - a for a, b in zip(st, st[1:]))
+    return all(g > 0 for g in gaps) and abs(gaps[len(gaps) // 2] - 100 * MS) <= 10 * MS
 
 
 def stop(proc: subprocess.Popen, sig: int, log: Path) -> str:

@@ -59,8 +59,9 @@ def result_json(r: Any) -> dict[str, Any]:
     return doc
 
 
-def print_summary(r: Any, out: Any = sys.stdout) -> None:
+def print_summary(r: Any, out: Any = None) -> None:
     """The human summary: per task jobs, misses and response times; duration, wall time, speed-up."""
+    out = out if out is not None else sys.stdout   # the stream now, not the one at import
     head = {"budget": "logical timeline (budget timing: every op takes its budget)",
             "measured": "timeline (measured timing: ops take the CPU time they used here)",
             "wall": "timeline (wall clock)"}.get(r.timing, r.timing)
