@@ -23,6 +23,7 @@ COMMANDS = {
     "run": "run the stack as a live ROS 2 node: sensor topics in, trajectory, objects and diagnostics out",
     "play": "publish a bag's messages on their ROS 2 topics with their timing (and /clock), like `ros2 bag play`",
     "faults": "fault-injection campaign over the built-in scenario: detected, recovered, wrong outputs, crashes",
+    "schema": "print the JSON Schema of a stack file, for editors to complete and check it (--out FILE writes it)",
 }
 
 

@@ -89,13 +89,14 @@ def test_budgets_are_the_traces_p99_times_margin(calibrated):
 def test_written_config_keeps_the_original_text(calibrated):
     _, doc, out, _ = calibrated
     old, new = CONFIG.read_text().splitlines(), out.read_text().splitlines()
-    header = new[:4]
+    header = new[1:5] if new[0].startswith("# yaml-language-server:") else new[:4]   # the schema line stays first
     assert all(h.startswith("# ") for h in header) and "x 1.5" in header[1] and "cores" in header[0]
     assert doc["machine"]["host"] in header[0] and any("command: rt-runtime calibrate" in h for h in header)
     # Every line but the budgets and the previous calibration's header is still there, in order; the
     # comments among them.
     kept = iter(new)
-    previous = old[:4] if old[0].startswith("# Calibrated by") else []
+    at = next((i for i, line in enumerate(old[:2]) if line.startswith("# Calibrated by")), None)
+    previous = old[at:at + 4] if at is not None else []
     assert all(any(line == n for n in kept) for line in old
                if "wcet:" not in line and "op_budgets:" not in line and line not in previous)
     assert sum(line.strip().startswith("#") for line in old) <= sum(line.strip().startswith("#") for line in new)

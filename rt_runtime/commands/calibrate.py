@@ -203,9 +203,13 @@ def rewrite(text: str, budgets: dict[str, Budget], header: list[str]) -> str:
     # inserts there keep the order they were made in.
     for _, (s, t, new) in sorted(enumerate(edits), key=lambda x: (x[1][0], x[0]), reverse=True):
         text = text[:s] + new + text[t:]
+    # An editor's schema line stays first (yaml-language-server reads only the top of the file).
+    first, _, rest = text.partition("\n")
+    lead = first + "\n" if first.startswith("# yaml-language-server:") else ""
+    text = rest if lead else text
     if text.startswith(HEADER):   # a calibrated file calibrated again: replace its header
         text = "".join(text.splitlines(keepends=True)[HEADER_LINES:])
-    return "".join(f"# {h}\n" for h in header) + text
+    return lead + "".join(f"# {h}\n" for h in header) + text
 
 
 def machine() -> dict[str, Any]:

@@ -20,15 +20,12 @@ from ..analysis.schedulability import POLICIES, validate_for_policy
 from ..core.chain import Chain, apply_chains
 from ..core.task import Task, TaskError
 from ..core.units import DurationError, clip, parse_duration
+# The keys a task, a chain and a join trigger may carry are the models' fields (schema.py). The
+# runtime-only task keys (RUNTIME_TASK_KEYS) configure how jobs run, not when: the analysis skips them.
+from .schema import CHAIN_KEYS, JOIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS
 
-# Keys a task may carry. The runtime-only ones configure how jobs run, not when: the analysis skips them.
 DURATION_KEYS = ("period", "min_interarrival", "wcet", "deadline", "blocking", "jitter", "offset")
 POSITIVE_KEYS = ("period", "min_interarrival", "wcet", "deadline")
-TASK_KEYS = ("name", *DURATION_KEYS, "priority", "trigger", "criticality")
-RUNTIME_TASK_KEYS = ("graph", "args", "on_miss", "on_overrun", "fallback", "fallback_args", "group",
-                     "recover_after", "initial", "redundancy", "speculate", "inputs", "outputs", "worker",
-                     "publish", "op_budgets", "optional")
-CHAIN_KEYS = ("name", "tasks", "deadline")
 
 
 class ConfigError(ValueError):
@@ -466,9 +463,6 @@ def task_writes(path: str | Path) -> dict[str, set[str]]:
         else [e for e in raw or [] if isinstance(e, Mapping)] if isinstance(raw, list) else []
     return {str(e.get("name")): {str(v) for v in (e.get("outputs") or {}).values()} for e in entries
             if isinstance(e.get("outputs"), Mapping)}
-
-
-JOIN_KEYS = ("all", "any", "window", "pairing")
 
 
 def parse_join(value: Mapping[str, Any], fail: Any) -> Any:

@@ -27,14 +27,8 @@ import difflib
 from typing import Any, Iterable, Mapping
 
 from ..core.units import clip
+from .schema import CHANNEL_KEYS, EGRESS_KEYS, HYSTERESIS_KEYS, INGRESS_KEYS, STACK_KEYS  # the models' fields
 from .taskset import CHAIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS, ConfigError
-
-STACK_KEYS = ("name", "policy", "tasks", "chains", "channels", "ingress", "egress", "device", "workers",
-              "threads", "frame", "diagnostics_period", "safety", "description", "realtime")
-CHANNEL_KEYS = ("name", "policy", "depth")
-INGRESS_KEYS = ("topic", "codec", "channel", "channels")
-EGRESS_KEYS = ("topic", "codec", "channels")
-HYSTERESIS_KEYS = ("degraded", "minimal_risk")
 
 
 class ConfigErrors(ConfigError):

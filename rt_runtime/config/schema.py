@@ -1,0 +1,330 @@
+"""The stack file's structure as pydantic models: the one source of its keys, and its JSON Schema.
+
+``rt-runtime schema`` prints ``StackFile.model_json_schema()`` (committed as
+``config/stack.schema.json``), so an editor with a YAML language server completes and checks a stack
+file as it is typed. The key lists the hand-written validation uses (``STACK_KEYS``, ``TASK_KEYS``,
+``RUNTIME_TASK_KEYS``, ``CHAIN_KEYS``, ``CHANNEL_KEYS``, ``INGRESS_KEYS``, ``EGRESS_KEYS``,
+``JOIN_KEYS``, ...) are these models' field names, in order: a key added here is accepted there.
+
+The models check structure (keys, types, enums, duration syntax). The semantic checks (a chain's
+members exist, one writer per channel, schedulability, the graphs build) and their one-line messages
+stay in ``taskset.py``, ``stack.py`` and ``wiring.py``: ``parse_stack`` is what decides. The models
+are deliberately a little looser where those checks say more (``graph`` is optional, since ``check``
+reads bare task sets too; ``policy`` must be lower case here, while the loader also accepts ``EDF``).
+Every field's description is the docstring under it.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ..analysis.schedulability import POLICIES
+from ..core.task import CRITICALITIES
+from ..core.units import _DURATION
+from ..io import EGRESS_CODECS, INGRESS_CODECS
+from ..sched.binding import Publish, Reaction
+from ..sched.channel import ChannelPolicy
+
+# A duration with its unit, as ``core.units.parse_duration`` reads it ("10ms", "250us", "1.5s", "500ns").
+Duration = Annotated[str, StringConstraints(pattern=_DURATION.pattern)]
+# ``package.module:function``, as ``stack.resolve`` imports it.
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+Ref = Annotated[str, StringConstraints(pattern=rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}$")]
+Names = dict[str, str]
+
+
+def _literal(values: Any) -> Any:
+    """``Literal[...]`` of the given values (an enum's ``.value`` for enum members)."""
+    return Literal[tuple(getattr(v, "value", v) for v in values)]  # type: ignore[valid-type]
+
+
+PolicyName = _literal(POLICIES)
+ReactionName = _literal(Reaction)
+PublishName = _literal(Publish)
+ChannelPolicyName = _literal(ChannelPolicy)
+IngressCodec = _literal(INGRESS_CODECS)
+EgressCodec = _literal(EGRESS_CODECS)
+Criticality = _literal(CRITICALITIES)
+
+
+class RuntimeKey:
+    """Field marker: a task key that configures how jobs run, not when (the analysis skips it)."""
+
+
+RUNTIME = RuntimeKey()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
+
+
+class Join(_Model):
+    """A join trigger: released when all (or any) of the channels have a new value."""
+
+    all: list[Annotated[str, StringConstraints(min_length=1)]] | None = None
+    """Released when every one of these channels has a new value (give 'all' or 'any', not both)."""
+    any: list[Annotated[str, StringConstraints(min_length=1)]] | None = None
+    """Released when any of these channels has a new value."""
+    window: Duration | None = None
+    """How far apart the joined values' stamps may be."""
+    pairing: Literal["exact", "approximate", "latest"] | None = None
+    """exact: equal stamps (window 0); approximate: within 'window'; latest: the newest of each."""
+
+
+class Redundancy(_Model):
+    """How many copies of each job run and how their outputs are compared (docs/SAFETY.md)."""
+
+    mode: Literal["dual", "triple"] = "dual"
+    """dual: two copies (a third votes on a mismatch); triple: three."""
+    compare: Literal["exact", "tolerance"] | None = None
+    """exact: bit for bit (the default without atol/rtol); tolerance: |a-b| <= atol + rtol |b|."""
+    atol: Annotated[float, Field(ge=0)] = 0.0
+    """Absolute tolerance (compare: tolerance)."""
+    rtol: Annotated[float, Field(ge=0)] = 0.0
+    """Relative tolerance (compare: tolerance)."""
+    budget: Literal["nominal", "worst_case"] = "nominal"
+    """What wcet is multiplied by for the analysis and the watchdog: the copies, or 3 (a vote)."""
+
+
+NonNegative = Annotated[float, Field(ge=0)]
+Tolerance = Union[NonNegative, list[NonNegative]]
+
+
+class Speculate(_Model):
+    """Speculative execution in slack time (docs/SAFETY.md): run on predicted inputs, commit on a match."""
+
+    hypotheses: Ref
+    """'package.module:function' returning the hypotheses (called with args)."""
+    args: dict[str, Any] | None = None
+    """Keyword arguments of the hypotheses factory."""
+    k: Annotated[int, Field(ge=1)] = 2
+    """Hypotheses per release."""
+    atol: Union[Tolerance, dict[str, Tolerance]] = 0.0
+    """How close a hypothesis must be to the real input: a number, one per column, or per input."""
+    rows: Names | None = None
+    """Input -> its count input: compare only the valid rows."""
+    margin: NonNegative = 2.0
+    """Slack margin before speculating."""
+    wait_for: list[str] | None = None
+    """Inputs that must be this cycle's before speculating."""
+    enabled: bool = True
+    """false: declared, off unless `--speculate` asks for it."""
+
+
+class Task(_Model):
+    """One task: when it runs (timing, analysed by `rt-runtime check`) and what it runs (graph, channels)."""
+
+    name: str
+    """The task's name (unique in the file)."""
+    period: Duration | None = None
+    """Release period of a periodic task, e.g. "100ms"."""
+    min_interarrival: Duration | None = None
+    """For a triggered task: the minimum time between triggering messages (instead of period)."""
+    wcet: Duration | None = None
+    """Worst-case execution time (budget), e.g. "2ms"; required."""
+    deadline: Duration | None = None
+    """Relative deadline (default: the period)."""
+    blocking: Duration | None = None
+    """Worst-case blocking by lower-priority work."""
+    jitter: Duration | None = None
+    """Release jitter."""
+    offset: Duration | None = None
+    """First release offset."""
+    priority: int | None = None
+    """Fixed priority (policy fp): a lower number is a higher priority."""
+    trigger: Union[Annotated[str, StringConstraints(min_length=1)], Join, None] = None
+    """Released by a channel (or topic) instead of a period, or by a join {all|any: [...], window, pairing}."""
+    criticality: Criticality | None = None
+    """How critical the task is (default medium)."""
+    graph: Annotated[Ref | None, RUNTIME] = None
+    """'package.module:function(device=..., **args)' building the task's graph (required to run the stack)."""
+    args: Annotated[dict[str, Any] | None, RUNTIME] = None
+    """Keyword arguments of the graph builder."""
+    on_miss: Annotated[ReactionName | None, RUNTIME] = None
+    """What the watchdog does on a deadline miss (default skip)."""
+    on_overrun: Annotated[ReactionName | None, RUNTIME] = None
+    """What the watchdog does when a job overruns its budget (default none: count and trace)."""
+    fallback: Annotated[Ref | None, RUNTIME] = None
+    """'package.module:function' building the fallback graph (on_miss: degrade)."""
+    fallback_args: Annotated[dict[str, Any] | None, RUNTIME] = None
+    """Keyword arguments of the fallback builder."""
+    group: Annotated[str | None, RUNTIME] = None
+    """Tasks of one group degrade together."""
+    recover_after: Annotated[Annotated[int, Field(ge=1)] | None, RUNTIME] = None
+    """Clean jobs in a row before leaving the fallback (default 3)."""
+    initial: Annotated[Ref | None, RUNTIME] = None
+    """'package.module:function(device=...)' giving initial values of the task's inputs."""
+    redundancy: Annotated[Union[Literal["none", "dual", "triple", 2, 3, False], Redundancy, None], RUNTIME] = None
+    """Run each job 2 or 3 times and compare (dual, triple, or a mapping)."""
+    speculate: Annotated[Union[Literal[False], Speculate, None], RUNTIME] = None
+    """Speculative execution in slack time."""
+    inputs: Annotated[Names | None, RUNTIME] = None
+    """Graph input -> channel."""
+    outputs: Annotated[Names | None, RUNTIME] = None
+    """Graph output -> channel."""
+    worker: Annotated[Annotated[int, Field(ge=0)] | None, RUNTIME] = None
+    """The worker (0, 1, ...) the task runs on."""
+    publish: Annotated[PublishName | None, RUNTIME] = None
+    """When outputs become visible: let (at release + deadline, deterministic) or on_finish."""
+    op_budgets: Annotated[dict[str, Duration] | None, RUNTIME] = None
+    """Op name -> its execution-time budget."""
+    optional: Annotated[list[str] | None, RUNTIME] = None
+    """Inputs a job may run without (their empty default until a message)."""
+
+
+class TaskFields(Task):
+    """A task in the mapping form of ``tasks:`` (name -> fields): the name is the key."""
+
+    name: str | None = None  # type: ignore[assignment]
+    """The task's name; when given, it must equal the key."""
+
+
+class ChainEntry(_Model):
+    """A chain of tasks in data-flow order."""
+
+    name: str
+    """The chain's name (unique in the file)."""
+    tasks: Annotated[list[str], Field(min_length=1)]
+    """Task names in data-flow order."""
+    deadline: Duration | None = None
+    """End-to-end deadline: the chain runs as one (two or more tasks)."""
+
+
+class Channel(_Model):
+    """How one channel behaves when a reader falls behind its writer."""
+
+    name: str
+    """The channel's name."""
+    policy: ChannelPolicyName | None = None
+    """latest (default), queue or drop_oldest."""
+    depth: Annotated[int, Field(ge=1)] | None = None
+    """Queue depth per reader (default 1)."""
+
+
+class Ingress(_Model):
+    """Messages on a topic, decoded by a codec, pushed into channels."""
+
+    topic: str
+    """The input topic (remappable with --remap)."""
+    codec: IngressCodec
+    """How the message is decoded."""
+    channel: str | None = None
+    """The channel of a codec with one output."""
+    channels: Names | None = None
+    """Codec role -> channel, for a codec with several outputs."""
+
+
+class Egress(_Model):
+    """Channels published at one instant as one message on a topic."""
+
+    topic: str
+    """The output topic (remappable with --remap)."""
+    codec: EgressCodec
+    """How the message is encoded."""
+    channels: Names
+    """Codec role -> channel."""
+
+
+class Hysteresis(_Model):
+    """Clean planning periods before stepping down a mode."""
+
+    degraded: Annotated[int, Field(ge=1)] | None = None
+    """Clean periods to leave degraded."""
+    minimal_risk: Annotated[int, Field(ge=1)] | None = None
+    """Clean periods to leave minimal-risk."""
+
+
+class Safety(_Model):
+    """The degrade supervisor (docs/SAFETY.md): nominal -> degraded -> minimal-risk."""
+
+    planner: str
+    """The planning task, held in its minimal-risk fallback in minimal-risk."""
+    sensors: dict[str, Duration] | None = None
+    """Channel -> its expected period (silence detection)."""
+    silence_factor: NonNegative = 1.5
+    """Silent for this many periods: degraded."""
+    silence_critical: NonNegative = 4.0
+    """Silent for this many periods: minimal-risk."""
+    max_latency: Duration | None = None
+    """Arrival - stamp beyond this: degraded (default 30ms)."""
+    hysteresis: Hysteresis | None = None
+    """Clean planning periods to step down."""
+
+
+class Realtime(_Model):
+    """SCHED_FIFO and CPU pinning of the runtime's workers."""
+
+    enabled: bool = True
+    """SCHED_FIFO and pinning where the OS permits."""
+    priority: Annotated[int, Field(ge=1, le=98)] = 50
+    """The workers' SCHED_FIFO priority (the timekeeper runs one above)."""
+    cpus: Annotated[list[int], Field(min_length=1)] | None = None
+    """CPUs the workers are pinned to, in turn (default: every CPU the process may use)."""
+
+
+class StackFile(_Model):
+    """An rt_runtime stack file (config/stack.yaml): tasks, chains, channels, ingress, egress, safety."""
+
+    model_config = ConfigDict(title="rt_runtime stack file")
+
+    name: str | None = None
+    """The stack's name."""
+    policy: PolicyName
+    """Scheduling policy: rm, dm, fp or edf."""
+    tasks: Union[Annotated[list[Task], Field(min_length=1)], Annotated[dict[str, TaskFields], Field(min_length=1)]]
+    """The tasks: a list, or a mapping from task name to its fields."""
+    chains: list[ChainEntry] | None = None
+    """Chains of tasks in data-flow order (latency analysis; with a deadline, run as one)."""
+    channels: list[Channel] | None = None
+    """Channel settings (default: latest, depth 1)."""
+    ingress: list[Ingress] | None = None
+    """Topic -> codec -> channel(s)."""
+    egress: list[Egress] | None = None
+    """Channels -> codec -> topic."""
+    device: Annotated[str, StringConstraints(pattern=r"^(cpu|cuda(:[0-9]{1,4})?)$")] | None = None
+    """cpu (default), cuda or cuda:N."""
+    workers: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """Worker threads running jobs (default 1)."""
+    threads: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """Intra-op threads (default 1)."""
+    frame: str | None = None
+    """The output frame id (default map)."""
+    diagnostics_period: Duration | None = None
+    """Period of the diagnostics message (at least 1ms; default 1s)."""
+    safety: Safety | None = None
+    """The degrade supervisor."""
+    description: str | None = None
+    """Free text."""
+    realtime: Union[bool, Realtime, None] = None
+    """SCHED_FIFO and pinning: true, false or {enabled, priority, cpus}."""
+
+
+def keys(model: type[BaseModel]) -> tuple[str, ...]:
+    """The model's keys, in declaration order."""
+    return tuple(model.model_fields)
+
+
+def task_keys(runtime: bool) -> tuple[str, ...]:
+    """The task keys the analysis reads (``runtime=False``) or only the runtime does (``True``)."""
+    return tuple(k for k, f in Task.model_fields.items() if any(m is RUNTIME for m in f.metadata) == runtime)
+
+
+def json_schema() -> dict[str, Any]:
+    """The stack file's JSON Schema (draft 2020-12), as ``rt-runtime schema`` prints it."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **StackFile.model_json_schema()}
+
+
+STACK_KEYS = keys(StackFile)
+TASK_KEYS = task_keys(runtime=False)
+RUNTIME_TASK_KEYS = task_keys(runtime=True)
+CHAIN_KEYS = keys(ChainEntry)
+CHANNEL_KEYS = keys(Channel)
+INGRESS_KEYS = keys(Ingress)
+EGRESS_KEYS = keys(Egress)
+JOIN_KEYS = keys(Join)
+HYSTERESIS_KEYS = keys(Hysteresis)
+SAFETY_KEYS = keys(Safety)
+SPECULATE_KEYS = keys(Speculate)
+REDUNDANCY_KEYS = keys(Redundancy)
+REALTIME_KEYS = keys(Realtime)
