@@ -242,3 +242,21 @@ def test_an_egress_codec_fed_another_layout_fails_before_a_bag_is_written(tmp_pa
         build_bindings(parse_stack(doc, "stack.yaml"))
     assert str(e.value).startswith("stack.yaml: 2 problems") and "reads count from channel 'fusion/tracks' as " \
         "(1,) int; found (64, 12) float32" in str(e.value), str(e.value)
+
+
+def test_a_channel_between_tasks_is_checked_when_the_stack_is_built(tmp_path) -> None:
+    """Prediction fed the LiDAR's boxes instead of the tracks: refused at build, naming both ends and why."""
+    import yaml
+
+    from rt_runtime.config import ConfigError
+    from rt_runtime.config.stack import build_bindings, load_stack
+
+    doc = yaml.safe_load(open("config/stack.yaml"))
+    next(t for t in doc["tasks"] if t["name"] == "prediction")["inputs"]["tracks"] = "lidar/boxes"
+    path = tmp_path / "miswired.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError) as e:
+        build_bindings(load_stack(path))
+    msg = str(e.value)
+    assert "miswired.yaml: task 'prediction': input tracks reads channel 'lidar/boxes'" in msg
+    assert "task 'lidar_objects' writes it (output boxes)" in msg and "\n" not in msg

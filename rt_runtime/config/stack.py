@@ -36,7 +36,8 @@ from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
 from ..sched.budget import check_op_budgets
 from .taskset import ConfigError, load_yaml, parse_taskset
 from .realtime import parse_realtime
-from .wiring import STACK_KEYS, check_wiring, egress_problems, initial_problems, key_problems, raise_all, suggest
+from .wiring import (STACK_KEYS, channel_problems, check_wiring, egress_problems, initial_problems, key_problems,
+                     raise_all, suggest)
 DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
 MAX_WORKERS = 1024
 MIN_DIAGNOSTICS_PERIOD_NS = 1_000_000             # 1 ms: diagnostics are a status message, not a data stream
@@ -444,6 +445,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
                 if name in inputs:
                     initial[inputs[name]] = value
     problems += egress_problems(cfg.source, cfg.egress, bindings)   # before a run, not mid-run in the encoder
+    problems += channel_problems(cfg.source, bindings)              # task -> task connections, when built
     raise_all(cfg.source, problems)
     return bindings, initial
 

@@ -14,6 +14,7 @@ line says how many):
   task's ``initial:`` (checked once it is called); every ``trigger:`` is written or fed (an initial
   value releases a task once, not periodically); every egress channel is written by a task (egress
   publishes what tasks publish, not ingress); every ``channels:`` entry names a channel in use, once.
+- ``channel_problems`` (``build_bindings``): each channel between tasks, writer spec against reader spec.
 - ``initial_problems`` and ``egress_problems`` (``build_bindings``, with the graphs built): a channel
   fed only by ``initial:`` gets a value from it; each egress codec reads the layout (shape, columns,
   dtype) that the writer graph's output spec declares (``io.egress.Layout``).
@@ -309,4 +310,52 @@ def egress_problems(source: str, routes: Iterable[Any], bindings: Iterable[Any])
                 out.append(ConfigError(source, f"egress {r.topic}: codec {codec.name} reads {role} from channel "
                                                f"'{ch}' as {need}; found {_spec_text(spec)} (task '{task}', output "
                                                f"{gout})", task=task, field="egress"))
+    return out
+
+
+def feeds(producer: Any, consumer: Any) -> str | None:
+    """Why a task's output spec cannot feed another task's input spec, or None: same dtype, device and
+    rank; each of the reader's fixed dims equal, each bounded dim at least the writer's bound."""
+    from ..core.tensor import Dim
+
+    for f in ("dtype", "device", "layout"):
+        if getattr(producer, f) != getattr(consumer, f):
+            return f"{f} {getattr(consumer, f)} expected, {getattr(producer, f)} written"
+    if len(producer.shape) != len(consumer.shape):
+        return f"{len(consumer.shape)} dimensions expected, {len(producer.shape)} written"
+    for k, (w, r) in enumerate(zip(producer.shape, consumer.shape)):
+        w_max = w.max if isinstance(w, Dim) else int(w)
+        if isinstance(r, Dim):
+            if w_max > r.max:
+                return f"dim {k} at most {r.max} expected, up to {w_max} written"
+        elif isinstance(w, Dim) or w_max != int(r):
+            return f"dim {k} of {int(r)} expected, {w} written"
+    return None
+
+
+def channel_problems(source: str, bindings: Iterable[Any]) -> list[ConfigError]:
+    """Every channel between two tasks: the writer graph's output spec against each reader graph's input
+    spec, when the stack is built (as Drake's DiagramBuilder checks a connection), not at the first job."""
+    bindings = list(bindings)
+    written: dict[str, tuple[str, str, Any]] = {}
+    for b in bindings:
+        specs = {s.name: s for s in b.graph.outputs}
+        for gout, ch in b.outputs.items():
+            if gout in specs:
+                written.setdefault(ch, (b.name, gout, specs[gout]))
+    out = []
+    for b in bindings:
+        for g in (b.graph, b.fallback):
+            if g is None:
+                continue
+            for spec in g.inputs:
+                ch = b.inputs.get(spec.name)
+                if ch is None or ch not in written or written[ch][0] == b.name:
+                    continue   # ingress, a meta input, or the task's own state
+                task, gout, have = written[ch]
+                why = feeds(have, spec)
+                if why is not None:
+                    out.append(ConfigError(source, f"task '{b.name}': input {spec.name} reads channel '{ch}' as "
+                                                   f"{_spec_text(spec)}; task '{task}' writes it (output {gout}) as "
+                                                   f"{_spec_text(have)}: {why}", task=b.name, field="inputs"))
     return out
