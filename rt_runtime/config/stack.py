@@ -36,8 +36,8 @@ from ..sched import ChannelConfig, ChannelPolicy, TaskBinding
 from ..sched.budget import check_op_budgets
 from .taskset import ConfigError, load_yaml, parse_taskset
 from .realtime import parse_realtime
-from .wiring import (STACK_KEYS, channel_problems, check_wiring, egress_problems, initial_problems, key_problems,
-                     raise_all, suggest)
+from .wiring import (channel_problems, check_wiring, egress_problems, initial_problems, key_problems, raise_all,
+                     suggest)
 DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
 MAX_WORKERS = 1024
 MIN_DIAGNOSTICS_PERIOD_NS = 1_000_000             # 1 ms: diagnostics are a status message, not a data stream
