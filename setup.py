@@ -27,7 +27,9 @@ setup(
         (f"lib/{PACKAGE}", ["rt_runtime/ros/bin/runtime_node", "rt_runtime/ros/bin/player"]),
     ],
     # Ranges here; requirements.txt pins the exact stack CI tests.
-    install_requires=["numpy>=1.26", "pyyaml>=6", "ruamel.yaml>=0.18", "torch>=2.13", "pydantic>=2.7"],
+    # simplejpeg: the compressed camera codec's JPEG decoder (bench/bench_jpeg.py), pinned as CI tests it
+    install_requires=["numpy>=1.26", "pyyaml>=6", "ruamel.yaml>=0.18", "torch>=2.13", "pydantic>=2.7",
+                      "simplejpeg==1.9.0"],
     extras_require={
         "bag": ["rosbags>=0.11"],
         "ros": [

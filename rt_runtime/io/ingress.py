@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..bag import CodecError, cloud_to_array, cloud_xyz, image_to_array, to_rgb
+from ..bag import CodecError, cloud_to_array, cloud_xyz
+from ..bag.image import RGB8_ENCODINGS, compressed_to_rgb8, image_to_rgb8
 from ..bag.types import stamp_ns
 
 
@@ -105,9 +106,19 @@ def _radar_points(msg: Any, topic: str) -> np.ndarray:
     return cloud_xyz(pts, (doppler, "rcs"))
 
 
+def _compressed_image(msg: Any, topic: str) -> np.ndarray:
+    return compressed_to_rgb8(msg, topic)
+
+
 def _image_rgb(msg: Any, topic: str) -> np.ndarray:
-    arr = image_to_array(msg, topic)
-    return np.ascontiguousarray(to_rgb(arr, msg.encoding))
+    # A CompressedImage has `format` where an Image has `encoding` (rosbags and rclpy objects alike):
+    # a config's image_rgb replays a bag whose camera topic is compressed.
+    if not hasattr(msg, "encoding") and hasattr(msg, "format"):
+        return compressed_to_rgb8(msg, topic)
+    if msg.encoding not in RGB8_ENCODINGS:
+        raise IngressError(f"topic {topic}: image_rgb: encoding {msg.encoding!r} not supported "
+                           f"(supported: {', '.join(RGB8_ENCODINGS)})")
+    return image_to_rgb8(msg, topic)
 
 
 def _yaw(q: Any) -> float:
@@ -146,8 +157,14 @@ INGRESS_CODECS: dict[str, IngressCodec] = {c.name: c for c in (
     IngressCodec("radar_points", ("sensor_msgs/msg/PointCloud2",), _radar_points,
                  "PointCloud2 with doppler and rcs -> (R, 5) float32 x, y, z, doppler, rcs; "
                  "rejected if any is non-finite", nonfinite=_radar_nonfinite),
-    IngressCodec("image_rgb", ("sensor_msgs/msg/Image",), _image_rgb,
-                 "Image (rgb8, bgr8, mono8, ...) -> (H, W, 3) uint8 RGB", nonfinite=lambda msg, value: None),
+    IngressCodec("image_rgb", ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage"), _image_rgb,
+                 "Image (rgb8, bgr8, rgba8, bgra8, mono8, mono16, 16UC1, rgb16, ..., bayer_rggb8/bggr8/gbrg8/grbg8 "
+                 "and their 16-bit forms) -> (H, W, 3) uint8 RGB (16 bit scaled to 8, Bayer demosaiced); in a "
+                 "replay also a CompressedImage topic (as compressed_image; a live node subscribes to Image)",
+                 nonfinite=lambda msg, value: None),
+    IngressCodec("compressed_image", ("sensor_msgs/msg/CompressedImage",), _compressed_image,
+                 "CompressedImage (jpeg via simplejpeg, png via Pillow; image_transport's \"rgb8; jpeg compressed "
+                 "bgr8\") -> (H, W, 3) uint8 RGB", nonfinite=lambda msg, value: None),
     IngressCodec("odometry", ("nav_msgs/msg/Odometry",), _odometry,
                  "Odometry -> (6,) float64 x, y, yaw, vx, yaw_rate, stamp seconds; rejected if a field it reads "
                  "is non-finite", nonfinite=_odometry_nonfinite),

@@ -366,7 +366,7 @@ def codec_problems(cfg: StackConfig, topics: dict[str, str]) -> list[str]:
         codec, found = INGRESS_CODECS[r.codec], topics.get(r.topic)
         if found is None or _msgtype(found) in {_msgtype(t) for t in codec.msgtypes}:
             continue
-        decodes = codec.msgtypes[0] if len(codec.msgtypes) == 1 else f"one of {', '.join(codec.msgtypes)}"
+        decodes = " or ".join(codec.msgtypes)
         was = f" (remapped from {renamed[r.topic]})" if r.topic in renamed else ""
         fits = [n for n, c in INGRESS_CODECS.items() if _msgtype(found) in {_msgtype(t) for t in c.msgtypes}]
         fix = f"codecs that decode {found}: {', '.join(fits)}" if fits else f"no codec decodes {found}"
