@@ -287,17 +287,23 @@ def _spec_text(spec: Any) -> str:
     return f"({dims}) {spec.dtype}"
 
 
-def egress_problems(source: str, routes: Iterable[Any], bindings: Iterable[Any]) -> list[ConfigError]:
-    """Each egress route's channels against what its codec reads (``EgressCodec.layouts``): the writer
-    graph's output spec (shape, columns, dtype) must be what the codec expects."""
-    from ..io.egress import EGRESS_CODECS
-
+def _written(bindings: Iterable[Any]) -> dict[str, tuple[str, str, Any]]:
+    """Channel -> (writer task, its graph output, that output's spec)."""
     written: dict[str, tuple[str, str, Any]] = {}
     for b in bindings:
         specs = {s.name: s for s in b.graph.outputs}
         for gout, ch in b.outputs.items():
             if gout in specs:
                 written.setdefault(ch, (b.name, gout, specs[gout]))
+    return written
+
+
+def egress_problems(source: str, routes: Iterable[Any], bindings: Iterable[Any]) -> list[ConfigError]:
+    """Each egress route's channels against what its codec reads (``EgressCodec.layouts``): the writer
+    graph's output spec (shape, columns, dtype) must be what the codec expects."""
+    from ..io.egress import EGRESS_CODECS
+
+    written = _written(bindings)
     out = []
     for r in routes:
         codec = EGRESS_CODECS[r.codec]
@@ -337,12 +343,7 @@ def channel_problems(source: str, bindings: Iterable[Any]) -> list[ConfigError]:
     """Every channel between two tasks: the writer graph's output spec against each reader graph's input
     spec, when the stack is built (as Drake's DiagramBuilder checks a connection), not at the first job."""
     bindings = list(bindings)
-    written: dict[str, tuple[str, str, Any]] = {}
-    for b in bindings:
-        specs = {s.name: s for s in b.graph.outputs}
-        for gout, ch in b.outputs.items():
-            if gout in specs:
-                written.setdefault(ch, (b.name, gout, specs[gout]))
+    written = _written(bindings)
     out = []
     for b in bindings:
         for g in (b.graph, b.fallback):
