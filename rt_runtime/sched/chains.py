@@ -84,30 +84,8 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         job = RunJob(ts, idx, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r))
         job.state = WAITING
         job.chain_run = run
-        handed = {gin for gin, *_ in ts.chain_in}
-        inputs = job.inputs = {}
-        pins = job.pins = []
-        meta = ts.meta
-        job.meta_block = meta.take() if meta is not None else 0
-        for gin, ch, rid in ts.readers:
-            if gin in handed:
-                continue
-            slot = ch.read(rid)
-            if slot is None and gin in ts.defaults:   # optional: its empty default, stale
-                inputs[gin] = ts.defaults[gin]
-                if meta is not None and gin in meta.row_of:
-                    meta.fill(job.meta_block, gin, r, -1, r, True)
-                continue
-            if slot is None:
-                for ch2, s2 in pins:
-                    ch2.unpin(s2)
-                ts.c["no_input"] += 1
-                s.emit(_K.DROP, r, ts.name, idx, DROP_NO_INPUT, 1)
-                return
-            inputs[gin] = slot.data
-            pins.append((ch, slot))
-            if meta is not None and gin in meta.row_of:
-                meta.fill(job.meta_block, gin, slot.t_ns, slot.seq, r, ch.readers[rid].stale)
+        if s.snapshot(ts, job, r, skip={gin for gin, *_ in ts.chain_in}) is None:
+            return   # a required input never written yet: neither it nor the members after it run
         if ts.writers:
             job.outs = [ch.reserve() for _, ch in ts.writers]
         job.fallback = ts.mode

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from .chains import arm_timeout, chain_bound, miss_waiting, open_instance, release_next, timeout
 from .channel import Channel
@@ -207,38 +207,13 @@ class Scheduler:
         if tr:
             self.sink.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
         if ts.readers:
-            inputs = job.inputs = {}
-            pins = job.pins = []
-            stale = 0
-            meta = ts.meta
-            block = meta.take() if meta is not None else 0
-            for gin, ch, rid in ts.readers:
-                s = ch.read(rid)
-                if ch.last_read_drops and tr:
-                    self.sink.emit(_K.DROP, r, ts.name, idx, DROP_CHANNEL, ch.last_read_drops)
-                if s is None:
-                    if gin in ts.defaults:   # optional: its empty default, stale
-                        inputs[gin] = ts.defaults[gin]
-                        if meta is not None and gin in meta.row_of:
-                            meta.fill(block, gin, r, -1, r, True)
-                        stale += 1
-                        continue
-                    for ch2, s2 in pins:
-                        ch2.unpin(s2)
-                    c["no_input"] += 1
-                    if tr:
-                        self.sink.emit(_K.DROP, r, ts.name, idx, DROP_NO_INPUT, 1)
-                    return
-                st = ch.readers[rid].stale
-                stale += st
-                inputs[gin] = s.data
-                pins.append((ch, s))
-                if meta is not None and gin in meta.row_of:
-                    meta.fill(block, gin, s.t_ns, s.seq, r, st)
-            if meta is not None:
-                meta.bind(block, inputs)
+            stale = self.snapshot(ts, job, r)
+            if stale is None:
+                return
+            if ts.meta is not None:
+                ts.meta.bind(job.meta_block, job.inputs)
             if tr:
-                self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, len(inputs), stale)
+                self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
         elif tr:
             self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, 0, 0)
         if ts.trigger is not None and not ts.trigger_is_input:
@@ -268,6 +243,44 @@ class Scheduler:
             self.trigger(ts, r)   # more queued messages: the next release, one inter-arrival later
         elif ts.join is not None and joined(ts):
             self.trigger(ts, r)
+
+    def snapshot(self, ts: TaskState, job: RunJob, r: int, skip: Collection[str] = ()) -> int | None:
+        """LET read at ``r``: pin what each of the job's input channels holds now (but the inputs in
+        ``skip``), an optional input's default where its channel is empty, and fill its metadata rows.
+        Returns how many inputs were stale; None when a required input has no message yet (then nothing
+        stays pinned and the job is counted as released without input)."""
+        tr = self.tr
+        inputs = job.inputs = {}
+        pins = job.pins = []
+        stale = 0
+        meta = ts.meta
+        block = job.meta_block = meta.take() if meta is not None else 0
+        for gin, ch, rid in ts.readers:
+            if gin in skip:
+                continue
+            s = ch.read(rid)
+            if ch.last_read_drops and tr:
+                self.sink.emit(_K.DROP, r, ts.name, job.index, DROP_CHANNEL, ch.last_read_drops)
+            if s is None:
+                if gin in ts.defaults:   # optional: its empty default, stale
+                    inputs[gin] = ts.defaults[gin]
+                    if meta is not None and gin in meta.row_of:
+                        meta.fill(block, gin, r, -1, r, True)
+                    stale += 1
+                    continue
+                for ch2, s2 in pins:
+                    ch2.unpin(s2)
+                ts.c["no_input"] += 1
+                if tr:
+                    self.sink.emit(_K.DROP, r, ts.name, job.index, DROP_NO_INPUT, 1)
+                return None
+            st = ch.readers[rid].stale
+            stale += st
+            inputs[gin] = s.data
+            pins.append((ch, s))
+            if meta is not None and gin in meta.row_of:
+                meta.fill(block, gin, s.t_ns, s.seq, r, st)
+        return stale
 
     def queue(self, w: Any, job: RunJob) -> None:
         """Put a released job on its worker's ready queue (and wake the worker's thread, if any)."""
