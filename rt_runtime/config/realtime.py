@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.units import clip
+from .schema import REALTIME_KEYS
 
-KEYS = ("enabled", "priority", "cpus")
+KEYS = REALTIME_KEYS   # the schema's model is the one list
 
 
 @dataclass(frozen=True)
