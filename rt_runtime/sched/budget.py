@@ -84,23 +84,25 @@ class BudgetCost:
     measure = staticmethod(time.thread_time_ns)
 
     def __init__(self, bindings: Iterable[TaskBinding], op_budgets: Mapping[str, Mapping[str, int]] | None = None) -> None:
-        self.table: dict[tuple[str, int], int] = {}
+        self.table: dict[str, dict[int, int]] = {}   # task -> op id -> ns: no key built per op on the hot path
         self._keep: list[Op] = []   # the ops whose ids key the table stay alive as long as it does
         for b in bindings:
             mine = dict((op_budgets or {}).get(b.name) or b.op_budgets)
             run = b.task.wcet_ns // runs_per_budget(b)
+            ops = self.table.setdefault(b.name, {})
             for g in (b.graph, b.fallback):
                 if g is None:
                     continue
                 for op, ns in zip(g.ops, split_budget(b.name, g, run, mine)):
-                    self.table[(b.name, id(op))] = ns
+                    ops[id(op)] = ns
                     self._keep.append(op)
 
     def __call__(self, task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
         """The op's budget; an op the table does not know (a custom executor's) takes its ``cost_us``."""
-        ns = self.table.get((task, id(op)))
+        ops = self.table.get(task)
+        ns = ops.get(id(op)) if ops is not None else None
         return ns if ns is not None else int(round(op.cost_us * 1000))
 
     def of_task(self, task: str) -> dict[int, int]:
         """The table's entries of one task (op id -> ns), for tests and reports."""
-        return {k[1]: v for k, v in self.table.items() if k[0] == task}
+        return dict(self.table.get(task, {}))
