@@ -139,18 +139,6 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
     s.queue(w, nxt)
 
 
-def miss_waiting(s: "Scheduler", job: RunJob, t: int) -> None:
-    """A member never released by the chain's deadline: it misses (its reaction applies), then ends."""
-    ts = job.ts
-    job.missed = True
-    ts.c["missed"] += 1
-    s.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} missed its deadline (chain '{ts.chain.name}')")
-    s.emit(_K.MISS, t, ts.name, job.index, -1, 0)
-    s.watchdog.react(job, ts.on_miss, t)
-    if job.state == WAITING:
-        s.kill(job, t, -1)
-
-
 def chain_bound(tasks: list[Any], chains: list[Any], timeouts: Any = None) -> list[ChainState]:
     """ChainStates for the run-time chains (those with a deadline), by task states; ``timeouts``: member
     name -> its own period, after which it is released on its own if its chain has not released it."""

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from .chains import arm_timeout, chain_bound, miss_waiting, open_instance, release_next, timeout
+from .chains import arm_timeout, chain_bound, open_instance, release_next, timeout
 from .channel import Channel
 from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
 from .join import joined
@@ -300,14 +300,15 @@ class Scheduler:
                 self.watchdog.clean(job, t)
             else:
                 ts.clean += 1   # the common case, inline: a clean job in primary mode
-        elif st == READY or st == RUNNING or st == PREEMPTED:
+        elif st == READY or st == RUNNING or st == PREEMPTED or st == WAITING:
             job.missed = True
             ts.c["missed"] += 1
             self.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} missed its deadline")
-            self.emit(_K.MISS, t, ts.name, job.index, job.worker if st != READY else -1, job.ops_done)
+            self.emit(_K.MISS, t, ts.name, job.index, job.worker if st == RUNNING or st == PREEMPTED else -1,
+                      job.ops_done)
             self.watchdog.react(job, ts.on_miss, t)
-        elif st == WAITING:
-            miss_waiting(self, job, t)
+            if job.state == WAITING:   # a chain member its predecessor never released: it never runs
+                self.kill(job, t, -1)
 
     def publish(self, job: RunJob, t: int, at_finish: bool) -> None:
         """Make a job's outputs visible on its channels at ``t`` (LET write) and hand them to egress."""
