@@ -7,22 +7,24 @@ import sys
 from typing import Any
 
 from ..core.graph import Graph
-from ..core.tensor import Dim
+from ..core.tensor import Dim, TensorSpec
 from .executor import GraphExecutor
+
+
+def spec_zeros(spec: TensorSpec, device: str = "cpu", symbolic: int = 256) -> Any:
+    """A zero tensor meeting ``spec``; symbolic dims at min(bound, ``symbolic``) (0: empty)."""
+    import torch
+
+    shape = tuple(min(d.max, symbolic) if isinstance(d, Dim) else d for d in spec.shape)
+    t = torch.zeros(shape, dtype=getattr(torch, spec.dtype), device=device)
+    if spec.layout == "channels_last":
+        t = t.contiguous(memory_format=torch.channels_last)
+    return t
 
 
 def synthetic_inputs(graph: Graph, device: str = "cpu", symbolic: int = 256) -> dict[str, Any]:
     """Zero tensors meeting the graph's input contracts; symbolic dims at min(bound, ``symbolic``)."""
-    import torch
-
-    out = {}
-    for spec in graph.inputs:
-        shape = tuple(min(d.max, symbolic) if isinstance(d, Dim) else d for d in spec.shape)
-        t = torch.zeros(shape, dtype=getattr(torch, spec.dtype), device=device)
-        if spec.layout == "channels_last":
-            t = t.contiguous(memory_format=torch.channels_last)
-        out[spec.name] = t
-    return out
+    return {spec.name: spec_zeros(spec, device, symbolic) for spec in graph.inputs}
 
 
 def warm_up(executor: GraphExecutor, runs: int = 2) -> bool:

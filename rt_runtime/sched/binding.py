@@ -81,7 +81,7 @@ class TaskBinding:
     # Released by several channels (``Join``) instead of the task's single ``trigger``.
     join: Join | None = None
     # Inputs a job may run without: with nothing on its channel yet, it reads a zero-filled default
-    # (no rows where the spec's first dimension is symbolic) and its ``x.meta`` says stale, seq -1.
+    # (empty where a dimension is symbolic) and its ``x.meta`` says stale, seq -1.
     optional: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:

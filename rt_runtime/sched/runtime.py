@@ -29,6 +29,7 @@ from ..core.chain import Chain, apply_chains
 from ..core.task import Task
 from ..device.base import Device
 from ..exec.executor import GraphExecutor
+from ..exec.warmup import spec_zeros
 from .binding import CostModel, TaskBinding, measured_cost
 from .channel import Channel, ChannelConfig, ChannelPolicy
 from .clock import Clock, VirtualClock, WallClock
@@ -119,8 +120,9 @@ class Runtime:
                         ts.join_readers.append((ch, rid))
                 elif chname == b.task.trigger and ts.trigger is None:
                     ts.trigger, ts.trigger_is_input = (ch, rid), True
-            ts.defaults = {gin: _empty(spec) for spec in b.graph.inputs   # type: ignore[union-attr]
-                           for gin in (spec.name,) if gin in b.optional}
+            # An optional input before its first message: zeros, empty where a dim is symbolic (nothing yet).
+            ts.defaults = {spec.name: spec_zeros(spec, spec.device, symbolic=0)
+                           for spec in b.graph.inputs if spec.name in b.optional}   # type: ignore[union-attr]
             if b.task.trigger is not None and ts.trigger is None and b.join is None:
                 ch = self.channels[b.task.trigger]
                 ts.trigger = (ch, ch.add_reader(f"{b.name}.trigger"))
@@ -327,18 +329,6 @@ class Runtime:
         mode = "threaded" if self.threaded else "inline"
         return f"Runtime({len(self.sched.tasks)} tasks, {self.policy.name}, {len(self.sched.workers)} " \
                f"worker(s) {mode}, {self.clock!r})"
-
-
-def _empty(spec: Any) -> Any:
-    """What an optional input reads before its channel's first message: zeros, no rows where the first
-    dimension is symbolic (a bounded count of things: none yet)."""
-    import torch
-
-    from ..core.tensor import Dim
-
-    shape = [0 if (k == 0 and isinstance(d, Dim)) else (d.max if isinstance(d, Dim) else int(d))
-             for k, d in enumerate(spec.shape)]
-    return torch.zeros(shape, dtype=getattr(torch, str(spec.dtype)), device=spec.device or "cpu")
 
 
 class _NoLock:
