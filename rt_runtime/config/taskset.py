@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import yaml
 from yaml.composer import Composer
@@ -221,8 +221,9 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return doc
 
 
-def _suggest(key: str, known: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(key, known, n=1)
+def suggest(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or ``""``."""
+    close = difflib.get_close_matches(str(name), sorted(set(known)), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
@@ -258,7 +259,7 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
                                   f"or control characters), found {clip(name)}", field="name")
     for key in entry:
         if key not in TASK_KEYS and key not in RUNTIME_TASK_KEYS:
-            raise ConfigError(source, f"task '{name}': {_key(key)}: unknown key{_suggest(str(key), TASK_KEYS)}; "
+            raise ConfigError(source, f"task '{name}': {_key(key)}: unknown key{suggest(str(key), TASK_KEYS)}; "
                                       f"expected one of {', '.join(TASK_KEYS + RUNTIME_TASK_KEYS)}",
                               task=name, field=str(key))
     d = {k: _duration(source, name, k, entry[k]) for k in DURATION_KEYS if entry.get(k) is not None}
@@ -351,7 +352,7 @@ def parse_chains(raw: Any, names: set[str], source: str) -> list[Chain]:
             raise ConfigError(source, f"chains[{i}]: name: expected a non-empty string, found {name!r}", field="name")
         for key in entry:
             if key not in CHAIN_KEYS:
-                raise ConfigError(source, f"chain '{name}': {key}: unknown key{_suggest(str(key), CHAIN_KEYS)}; "
+                raise ConfigError(source, f"chain '{name}': {key}: unknown key{suggest(str(key), CHAIN_KEYS)}; "
                                           f"expected one of {', '.join(CHAIN_KEYS)}", field=str(key))
         if any(c.name == name for c in chains):
             raise ConfigError(source, f"chain '{name}': name: two chains have this name", field="name")
@@ -362,7 +363,7 @@ def parse_chains(raw: Any, names: set[str], source: str) -> list[Chain]:
         for m in members:
             if m not in names:
                 raise ConfigError(source, f"chain '{name}': tasks: no task is named '{m}'"
-                                          f"{_suggest(m, tuple(sorted(names)))}", task=m, field="tasks")
+                                          f"{suggest(m, tuple(sorted(names)))}", task=m, field="tasks")
         _check_acyclic(source, name, members)
         deadline = None
         if entry.get("deadline") is not None:
@@ -471,7 +472,7 @@ def parse_join(value: Mapping[str, Any], fail: Any) -> Any:
 
     unknown = [k for k in value if k not in JOIN_KEYS]
     if unknown:
-        raise fail(f"unknown key {clip(unknown[0])}{_suggest(str(unknown[0]), JOIN_KEYS)}; expected "
+        raise fail(f"unknown key {clip(unknown[0])}{suggest(str(unknown[0]), JOIN_KEYS)}; expected "
                    f"{', '.join(JOIN_KEYS)}")
     modes = [m for m in ("all", "any") if m in value]
     if len(modes) != 1:

@@ -24,12 +24,11 @@ known only there).
 """
 from __future__ import annotations
 
-import difflib
 from typing import Any, Iterable, Mapping
 
 from ..core.units import clip
 from .schema import CHANNEL_KEYS, EGRESS_KEYS, HYSTERESIS_KEYS, INGRESS_KEYS, STACK_KEYS  # the models' fields
-from .taskset import CHAIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS, ConfigError
+from .taskset import CHAIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS, ConfigError, suggest
 
 
 class ConfigErrors(ConfigError):
@@ -48,12 +47,6 @@ def raise_all(source: str, problems: list[ConfigError]) -> None:
         raise problems[0]
     if problems:
         raise ConfigErrors(source, problems)
-
-
-def suggest(name: object, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``known``, or ``""``."""
-    close = difflib.get_close_matches(str(name), sorted(set(known)), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _shown(key: object) -> str:
