@@ -118,7 +118,7 @@ def _metadata_problem(path: Path) -> str | None:
     meta = path / "metadata.yaml"
     if not path.is_dir() or not meta.is_file():
         return None
-    from ..config.taskset import ConfigError, parse_yaml_text, read_text_limited
+    from ..config.yamlfile import ConfigError, parse_yaml_text, read_text_limited
 
     try:
         text = read_text_limited(meta, "a rosbag2 metadata.yaml")
@@ -136,7 +136,7 @@ def _metadata_problem(path: Path) -> str | None:
 
 def _metadata_syntax(path: Path) -> str | None:
     """The line and what is wrong when metadata.yaml is not YAML (rosbags' own message spans lines)."""
-    from ..config.taskset import ConfigError, parse_yaml_text, read_text_limited
+    from ..config.yamlfile import ConfigError, parse_yaml_text, read_text_limited
 
     try:
         parse_yaml_text(read_text_limited(path / "metadata.yaml"), "metadata.yaml")

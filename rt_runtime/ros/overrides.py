@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from ..config import ConfigError
 from ..config.stack import StackConfig, parse_stack
-from ..config.taskset import load_yaml, parse_yaml_text
+from ..config.yamlfile import load_yaml, parse_yaml_text
 from ..core.units import clip
 
 
