@@ -41,9 +41,16 @@ class Device(Protocol):
     def copy_(self, dst: Any, src: Any) -> None:
         """Copy ``src`` into ``dst`` in place (same shape)."""
 
+    def launch(self, stream: Any, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` as work of ``stream``: at once on ``cpu``, enqueued on ``cpu-async``."""
+
 
 def device_for(name: str, **kw: Any) -> Device:
-    """Open a device by name: ``cpu``, ``cpu:numpy``, ``cuda`` or ``cuda:N``."""
+    """Open a device by name: ``cpu``, ``cpu:numpy``, ``cpu-async``, ``cuda`` or ``cuda:N``."""
+    if name == "cpu-async":
+        from .cpu_async import CpuAsyncDevice
+
+        return CpuAsyncDevice()
     kind, _, rest = name.partition(":")
     if kind == "cpu":
         from .cpu import CpuDevice
@@ -53,4 +60,4 @@ def device_for(name: str, **kw: Any) -> Device:
         from .cuda import CudaDevice  # imported lazily: the package works without CUDA
 
         return CudaDevice(index=int(rest or 0), **kw)
-    raise ValueError(f"device: expected 'cpu', 'cpu:numpy' or 'cuda[:N]', found {name!r}")
+    raise ValueError(f"device: expected 'cpu', 'cpu:numpy', 'cpu-async' or 'cuda[:N]', found {name!r}")

@@ -84,6 +84,10 @@ class CpuDevice:
     def synchronize(self, stream: Any = None) -> None:
         """CPU work is already complete."""
 
+    def launch(self, stream: Any, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` now: on the CPU an op is done when its call returns."""
+        fn(*args)
+
     def event(self) -> _NoEvent:
         """A no-op event."""
         return _NoEvent()

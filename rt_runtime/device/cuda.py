@@ -66,6 +66,11 @@ class CudaDevice:
         """Context in which kernels launch on ``stream``."""
         return self.torch.cuda.stream(stream)
 
+    def launch(self, stream: Any, fn: Any, *args: Any) -> None:
+        """Call ``fn(*args)`` with ``stream`` current: its kernels are queued there, not run."""
+        with self.torch.cuda.stream(stream):
+            fn(*args)
+
     def synchronize(self, stream: Any = None) -> None:
         """Wait for a stream, or the whole device."""
         if stream is None:

@@ -1,0 +1,146 @@
+"""The asynchronous CPU twin: launched work completes later, events order streams, errors are sticky.
+
+Every test holds the producer's work behind a gate (a threading.Event the test opens), so what the
+host or another stream sees before the gate opens is fixed, not a race the test hopes to win.
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from rt_runtime.device.base import device_for
+from rt_runtime.device.cpu_async import AsyncEvent, CpuAsyncDevice, DeviceError
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture
+def dev():
+    d = device_for("cpu-async")
+    yield d
+    d.close()
+
+
+def _gated_fill(gate: threading.Event, dst: torch.Tensor, value: float):
+    def fill() -> None:
+        gate.wait(10)
+        dst.fill_(value)
+    return fill
+
+
+def test_device_for_names_the_twin(dev):
+    assert isinstance(dev, CpuAsyncDevice) and dev.name == "cpu-async" and dev.kind == "cpu-async"
+
+
+def test_a_host_read_nobody_waited_for_sees_stale_bytes(dev):
+    s = dev.stream()
+    x = torch.zeros(4)
+    gate, done = threading.Event(), dev.event()
+    dev.launch(s, _gated_fill(gate, x, 7.0))
+    done.record(s)
+    assert not done.query()
+    assert torch.equal(x, torch.zeros(4))       # launched, not run: the old bytes
+    gate.set()
+    done.synchronize()
+    assert done.query() and torch.equal(x, torch.full((4,), 7.0))
+
+
+def test_a_stream_wait_orders_a_consumer_after_the_producer(dev):
+    producer, consumer = dev.stream(), dev.stream()
+    src, dst = torch.zeros(3), torch.full((3,), -1.0)
+    gate, written, copied = threading.Event(), dev.event(), dev.event()
+    dev.launch(producer, _gated_fill(gate, src, 5.0))
+    written.record(producer)
+    written.wait(consumer)
+    dev.copy_(dst, src, stream=consumer)
+    copied.record(consumer)
+    assert not copied.query()                   # the consumer stalls behind the producer's marker
+    gate.set()
+    copied.synchronize()
+    assert torch.equal(dst, torch.full((3,), 5.0))
+
+
+def test_without_the_wait_the_consumer_copies_stale_bytes(dev):
+    producer, consumer = dev.stream(), dev.stream()
+    src, dst = torch.zeros(3), torch.full((3,), -1.0)
+    gate, copied = threading.Event(), dev.event()
+    dev.launch(producer, _gated_fill(gate, src, 5.0))
+    dev.copy_(dst, src, stream=consumer)        # the missing wait
+    copied.record(consumer)
+    copied.synchronize()                        # completes although the producer has not run
+    gate.set()
+    dev.synchronize()
+    assert torch.equal(dst, torch.zeros(3)) and torch.equal(src, torch.full((3,), 5.0))
+
+
+def test_a_wait_binds_to_the_record_made_before_it(dev):
+    producer, consumer = dev.stream(), dev.stream()
+    first, second = threading.Event(), threading.Event()
+    ev, after = dev.event(), dev.event()
+    order: list[str] = []
+    dev.launch(producer, lambda: (first.wait(10), order.append("p1")))
+    ev.record(producer)
+    ev.wait(consumer)                           # binds to the first record
+    dev.launch(producer, lambda: (second.wait(10), order.append("p2")))
+    ev.record(producer)                         # re-recorded later: the consumer's wait is not moved
+    dev.launch(consumer, lambda: order.append("c"))
+    after.record(consumer)
+    first.set()
+    after.synchronize()
+    assert order == ["p1", "c"]
+    second.set()
+    dev.synchronize()
+    assert order == ["p1", "c", "p2"]
+
+
+def test_work_on_one_stream_runs_in_launch_order(dev):
+    s = dev.stream()
+    seen: list[int] = []
+    for i in range(50):
+        dev.launch(s, seen.append, i)
+    dev.synchronize(s)
+    assert seen == list(range(50))
+
+
+def test_an_error_in_launched_work_is_sticky_and_raised_at_synchronize(dev):
+    s = dev.stream()
+    ran: list[str] = []
+
+    def boom() -> None:
+        raise ValueError("bad kernel")
+
+    dev.launch(s, boom)                         # the launch itself does not raise
+    dev.launch(s, ran.append, "after")
+    ev = dev.event()
+    ev.record(s)
+    with pytest.raises(DeviceError, match="bad kernel"):
+        ev.synchronize()
+    assert ran == []                            # a faulted stream runs no further work
+    with pytest.raises(DeviceError, match="bad kernel"):
+        dev.synchronize(s)
+
+
+def test_events_time_the_work_between_them(dev):
+    s = dev.stream()
+    start, end = AsyncEvent(), AsyncEvent()
+    start.record(s)
+    dev.launch(s, threading.Event().wait, 0.02)
+    end.record(s)
+    end.synchronize()
+    assert start.elapsed_ns(end) >= 15_000_000
+
+
+def test_an_event_never_recorded_counts_as_reached(dev):
+    ev = dev.event()
+    assert ev.query()
+    ev.synchronize()
+    ev.wait(dev.stream())                       # nothing to wait for
+
+
+def test_cpu_and_cuda_devices_share_the_launch_call():
+    cpu = device_for("cpu")
+    x = torch.zeros(2)
+    cpu.launch(cpu.stream(), x.fill_, 3.0)      # on the CPU, done when the call returns
+    assert torch.equal(x, torch.full((2,), 3.0))
