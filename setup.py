@@ -40,6 +40,8 @@ setup(
             "ros-visualization-msgs==5.5.1",
             "ros-diagnostic-msgs==5.5.1",
         ],
+        # owned CUDA priority streams (rt_runtime/device/cuda.py); cupy imports without a GPU
+        "cuda": ["cupy-cuda13x>=14"],
         "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8"],
     },
     zip_safe=True,

@@ -144,3 +144,20 @@ def test_cpu_and_cuda_devices_share_the_launch_call():
     x = torch.zeros(2)
     cpu.launch(cpu.stream(), x.fill_, 3.0)      # on the CPU, done when the call returns
     assert torch.equal(x, torch.full((2,), 3.0))
+
+
+def test_urgency_spreads_over_cudas_levels_most_urgent_lowest():
+    from rt_runtime.device.cuda import cuda_level   # pure: importable without a GPU
+
+    levels = [cuda_level(u, 0, -5) for u in (0.0, 0.2, 0.5, 0.8, 1.0, 7.0, -1.0)]
+    assert levels == [0, -1, -2, -4, -5, -5, 0]
+    assert cuda_level(1.0, 0, 0) == 0            # a device without priorities: one level for all
+
+
+@pytest.mark.cuda
+def test_cuda_streams_are_owned_not_pooled_and_carry_their_level():
+    dev = device_for("cuda")
+    streams = [dev.stream(urgency=i / 39) for i in range(40)]   # past torch's 32 per level
+    assert len({s.cuda_stream for s in streams}) == 40
+    least, greatest = dev.priority_levels
+    assert streams[0].priority == least and streams[-1].priority == greatest

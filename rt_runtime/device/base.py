@@ -26,8 +26,8 @@ class Device(Protocol):
     def view(self, storage: Any, offset: int, spec: TensorSpec, shape: tuple[int, ...] | None = None) -> Any:
         """A tensor over ``storage`` at byte ``offset`` (no copy), of ``shape`` or the spec's largest."""
 
-    def stream(self, priority: int = 0) -> Any:
-        """A stream owned by one task; higher ``priority`` is more urgent."""
+    def stream(self, urgency: float = 0.0) -> Any:
+        """A stream owned by one task; ``urgency`` in [0, 1], larger is more urgent."""
 
     def on_stream(self, stream: Any) -> AbstractContextManager[Any]:
         """Context in which launched kernels go to ``stream``."""

@@ -13,11 +13,11 @@ from ..core.tensor import TensorSpec
 class _NoStream:
     """The CPU's stand-in for a stream: work is done when the call returns."""
 
-    def __init__(self, priority: int) -> None:
-        self.priority = priority
+    def __init__(self, urgency: float) -> None:
+        self.urgency = urgency
 
     def __repr__(self) -> str:
-        return f"CpuStream(priority={self.priority})"
+        return f"CpuStream(urgency={self.urgency})"
 
 
 class _NoEvent:
@@ -73,9 +73,9 @@ class CpuDevice:
             raise ValueError(f"tensor '{spec.name}': layout channels_last needs torch, not numpy")
         return storage[offset:offset + nbytes].view(spec.dtype).reshape(shape)
 
-    def stream(self, priority: int = 0) -> _NoStream:
+    def stream(self, urgency: float = 0.0) -> _NoStream:
         """A placeholder stream: the CPU runs each op to completion on the calling thread."""
-        return _NoStream(priority)
+        return _NoStream(urgency)
 
     def on_stream(self, stream: Any) -> nullcontext:
         """No stream to switch to on the CPU."""

@@ -31,8 +31,8 @@ class DeviceError(RuntimeError):
 class AsyncStream:
     """A FIFO of launched work, run in order by one worker thread owned by this stream."""
 
-    def __init__(self, priority: int = 0, name: str = "stream") -> None:
-        self.priority = priority
+    def __init__(self, urgency: float = 0.0, name: str = "stream") -> None:
+        self.urgency = urgency   # FIFO threads have no priority of their own; kept for reports
         self.name = name
         self._queue: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._cv = threading.Condition()
@@ -104,7 +104,7 @@ class AsyncStream:
                 self._cv.notify_all()
 
     def __repr__(self) -> str:
-        return f"AsyncStream({self.name!r}, priority={self.priority})"
+        return f"AsyncStream({self.name!r}, urgency={self.urgency})"
 
 
 class AsyncEvent:
@@ -166,9 +166,9 @@ class CpuAsyncDevice(CpuDevice):
         self.name = "cpu-async"
         self._streams: list[AsyncStream] = []
 
-    def stream(self, priority: int = 0) -> AsyncStream:  # type: ignore[override]
+    def stream(self, urgency: float = 0.0) -> AsyncStream:  # type: ignore[override]
         """A new stream, with its own worker thread, owned by the caller."""
-        s = AsyncStream(priority, name=f"s{len(self._streams)}")
+        s = AsyncStream(urgency, name=f"s{len(self._streams)}")
         self._streams.append(s)
         return s
 

@@ -1,9 +1,13 @@
-"""CUDA backend (torch.cuda): arenas in device memory, one held stream per task, CUDA Graphs.
+"""CUDA backend (torch.cuda): arenas in device memory, one owned priority stream per task, CUDA Graphs.
 
 Imported lazily, so the package and its tests work on machines without CUDA. Streams are created
-once per task and held, never taken from torch's shared round-robin pool, so two tasks never
-serialize behind each other by accident. CUDA offers only a few stream priority levels; the
-runtime's priorities are mapped onto them, most urgent first.
+by cupy (the ``cuda`` extra) with ``cudaStreamCreateWithPriority`` semantics and wrapped for torch
+as ``ExternalStream``: never taken from torch's round-robin pool (32 streams per level, handed out
+in turn, so a 33rd task would share a stream and serialize behind another).
+
+One priority convention in the runtime: **urgency in [0, 1], larger is more urgent** (the Runtime
+derives it from the policy's rank). Only here is it turned into CUDA's numbers, where lower is more
+urgent, spread over the device's range (``cudaDeviceGetStreamPriorityRange``, e.g. 0 .. -5).
 """
 from __future__ import annotations
 
@@ -11,6 +15,12 @@ import math
 from typing import Any, Callable
 
 from ..core.tensor import TensorSpec
+
+
+def cuda_level(urgency: float, least: int, greatest: int) -> int:
+    """Map urgency in [0, 1] (1 most urgent) onto CUDA levels ``least`` .. ``greatest`` (lower is more urgent)."""
+    u = min(1.0, max(0.0, float(urgency)))
+    return least - round(u * (least - greatest))
 
 
 class CudaDevice:
@@ -35,6 +45,7 @@ class CudaDevice:
             least, greatest = 0, -1
         # CUDA: lower number = more urgent; `greatest` is the most urgent level (e.g. -5).
         self.priority_levels = (least, greatest)
+        self._owned: list[Any] = []
 
     def alloc_arena(self, nbytes: int, alignment: int) -> Any:
         """One device allocation; the caching allocator returns 512-byte aligned blocks."""
@@ -53,14 +64,24 @@ class CudaDevice:
             return flat.view(n, h, w, c).permute(0, 3, 1, 2)
         return flat.view(shape)
 
-    def cuda_priority(self, priority: int) -> int:
-        """Map a runtime priority (0 normal, larger more urgent) onto CUDA's few levels."""
-        least, greatest = self.priority_levels
-        return max(greatest, least - max(0, priority))
+    def cuda_priority(self, urgency: float) -> int:
+        """CUDA's level for an urgency in [0, 1] (1 most urgent), spread over the device's range."""
+        return cuda_level(urgency, *self.priority_levels)
 
-    def stream(self, priority: int = 0) -> Any:
-        """A new stream owned by the caller, at the mapped priority."""
-        return self.torch.cuda.Stream(device=self._device, priority=self.cuda_priority(priority))
+    def stream(self, urgency: float = 0.0) -> Any:
+        """A new stream owned by the caller (cupy-created, never from torch's pool), at the mapped level."""
+        try:
+            import cupy
+        except ImportError as e:
+            raise RuntimeError("cuda device: owned priority streams need cupy, the 'cuda' extra "
+                               "(pip install 'rt_runtime[cuda]'); found no cupy") from e
+        level = self.cuda_priority(urgency)
+        with cupy.cuda.Device(self.index):
+            owned = cupy.cuda.Stream(non_blocking=True, priority=level)
+        self._owned.append(owned)   # torch's ExternalStream does not keep the stream alive
+        s = self.torch.cuda.ExternalStream(owned.ptr, device=self._device)
+        s.level = level   # type: ignore[attr-defined]
+        return s
 
     def on_stream(self, stream: Any) -> Any:
         """Context in which kernels launch on ``stream``."""
