@@ -23,12 +23,31 @@ def cuda_level(urgency: float, least: int, greatest: int) -> int:
     return least - round(u * (least - greatest))
 
 
+def set_deterministic(torch: Any) -> None:
+    """Same device, same inputs, same bits: deterministic kernels where torch has them, no TF32.
+
+    Process-wide, as torch's switches are. Ops without a deterministic CUDA kernel warn (once per
+    op) instead of failing, and are listed by ``bench/gpu_check.py``; CPU and GPU results are not
+    bit-identical to each other (different kernels, fused multiply-adds).
+    """
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+
+
 class CudaDevice:
     """torch tensors on one CUDA device."""
 
     kind = "cuda"
 
-    def __init__(self, index: int = 0) -> None:
+    def __init__(self, index: int = 0, deterministic: bool = True) -> None:
+        import os
+
+        # cuBLAS picks its workspace at its first use: deterministic reductions need this set before.
+        if deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         import torch
 
         if not torch.cuda.is_available():
@@ -45,6 +64,8 @@ class CudaDevice:
             least, greatest = 0, -1
         # CUDA: lower number = more urgent; `greatest` is the most urgent level (e.g. -5).
         self.priority_levels = (least, greatest)
+        if deterministic:
+            set_deterministic(torch)
         self._owned: list[Any] = []
 
     def alloc_arena(self, nbytes: int, alignment: int) -> Any:
