@@ -86,6 +86,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
     declared one on, False turns them all off.
     """
     device = device or cfg.device
+    device = "cpu" if device == "cpu-async" else device   # where tensors live: the twin keeps them on the host
     bindings: list[TaskBinding] = []
     initial: dict[str, Any] = {}
     fed = {ch for e in cfg.entries.values() for ch in (e.get("outputs") or {}).values()} | \

@@ -34,7 +34,7 @@ from ..sched import ChannelConfig, ChannelPolicy
 from .taskset import ConfigError, load_yaml, parse_taskset
 from .realtime import parse_realtime
 from .wiring import check_wiring, key_problems, raise_all, suggest
-DEVICE = re.compile(r"(cpu|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
+DEVICE = re.compile(r"(cpu|cpu-async|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
 MAX_WORKERS = 1024
 MIN_DIAGNOSTICS_PERIOD_NS = 1_000_000             # 1 ms: diagnostics are a status message, not a data stream
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -281,9 +281,9 @@ def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
 
 
 def _device(value: object, source: str) -> str:
-    """``device:``: cpu, cuda or cuda:N; a CUDA device is checked against this machine (torch asked only then)."""
+    """``device:``: cpu, cpu-async, cuda or cuda:N; a CUDA device is checked against this machine (torch asked only then)."""
     if not isinstance(value, str) or not DEVICE.fullmatch(value):
-        raise _fail(source, "device", f"expected cpu, cuda or cuda:N, found {clip(value)}", fld="device")
+        raise _fail(source, "device", f"expected cpu, cpu-async, cuda or cuda:N, found {clip(value)}", fld="device")
     if value.startswith("cuda"):
         import torch
 
