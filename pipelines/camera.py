@@ -15,6 +15,13 @@ Three ops:
    (an index into ``schema.CLASSES``). Boxes under ``score_threshold`` are not counted.
 
 The weights come from ``pipelines/train_camera.py`` (see ``pipelines/models/README.md``).
+
+A camera whose frames are not ``width`` x ``height`` (``source_width``, ``source_height``: any size)
+gets a letterboxing ``camera_preprocess`` (the same op name, so configured op budgets still apply):
+the frame is scaled by one factor to fit
+the net's input (an area average, ``adaptive_avg_pool2d`` into a planned buffer), centred, the rest
+padded with the mean grey (0 once normalised), so nothing is stretched or cut; ``camera_decode``
+then maps the boxes back into the source frame's pixels (``Letterbox``).
 """
 from __future__ import annotations
 
@@ -77,6 +84,40 @@ class CameraParams:
     downscale: int = 4             # 640x384 → 160x96 net input, 40x24 heatmap
     score_threshold: float = 0.3
     weights: str | None = str(WEIGHTS)  # None: untrained net (shapes and timing only)
+    source_width: int | None = None    # the camera's frame size, when not width x height: letterboxed
+    source_height: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Letterbox:
+    """A source frame scaled by one factor into a ``dst_w`` x ``dst_h`` input, centred, the rest padding."""
+
+    src_w: int
+    src_h: int
+    dst_w: int
+    dst_h: int
+
+    @property
+    def scale(self) -> float:
+        """Input pixels per source pixel (the same along both axes)."""
+        return min(self.dst_w / self.src_w, self.dst_h / self.src_h)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """Width and height of the scaled frame inside the input."""
+        return (max(1, min(self.dst_w, round(self.src_w * self.scale))),
+                max(1, min(self.dst_h, round(self.src_h * self.scale))))
+
+    @property
+    def offset(self) -> tuple[int, int]:
+        """Column and row of the scaled frame's top-left corner in the input."""
+        w, h = self.size
+        return (self.dst_w - w) // 2, (self.dst_h - h) // 2
+
+    def to_source(self, u: float, v: float) -> tuple[float, float]:
+        """An input pixel coordinate -> the source frame's (the scale actually used along each axis)."""
+        (w, h), (ox, oy) = self.size, self.offset
+        return (u - ox) * self.src_w / w, (v - oy) * self.src_h / h
 
 
 def load_net(path: str | None, device: str = "cpu") -> CenterNet:
@@ -99,9 +140,24 @@ def preprocess_into(image: torch.Tensor, out: torch.Tensor, block: torch.Tensor,
     hwc.mul_(inv_std)
 
 
-def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, scale: float,
-                threshold: float) -> None:
-    """CenterNet decoding: 3x3 max-pool peaks, top-k over classes and cells, boxes in frame pixels."""
+def letterbox_into(image: torch.Tensor, out: torch.Tensor, frame: torch.Tensor, region: torch.Tensor, lb: Letterbox,
+                   mean: torch.Tensor, inv_std: torch.Tensor) -> None:
+    """uint8 (H, W, 3) of any size -> normalised float (1, 3, h, w) in ``out``, letterboxed (``Letterbox``),
+    via ``frame`` (3, H, W) and ``region`` (3, rh, rw) float buffers."""
+    (rw, rh), (ox, oy) = lb.size, lb.offset
+    frame.copy_(image.permute(2, 0, 1))
+    torch.ops.aten.adaptive_avg_pool2d.out(frame, [rh, rw], out=region)   # the area average of each input pixel
+    region.sub_(mean.view(3, 1, 1)).mul_(inv_std.view(3, 1, 1))
+    out.zero_()   # the padding: the mean grey, 0 once normalised
+    out[0, :, oy:oy + rh, ox:ox + rw].copy_(region)
+
+
+def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, scale: float | tuple[float, float],
+                threshold: float, offset: tuple[float, float] = (0.0, 0.0)) -> None:
+    """CenterNet decoding: 3x3 max-pool peaks, top-k over classes and cells, boxes in frame pixels
+    (``cell * scale - offset`` per axis: a letterboxed frame's boxes land in its source pixels)."""
+    su, sv = scale if isinstance(scale, tuple) else (scale, scale)
+    ou, ov = offset
     heat = torch.sigmoid(maps[0, :NUM_CLASSES])
     hh, ww = heat.shape[-2:]
     peak = heat * (F.max_pool2d(heat[None], 3, 1, 1)[0] == heat)
@@ -111,7 +167,7 @@ def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, sc
     cu = (cell % ww).float() + 0.5 + reg[2]
     cv = (cell // ww).float() + 0.5 + reg[3]
     half_w, half_h = reg[0].exp() / 2, reg[1].exp() / 2
-    torch.stack([(cu - half_w) * scale, (cv - half_h) * scale, (cu + half_w) * scale, (cv + half_h) * scale,
+    torch.stack([(cu - half_w) * su - ou, (cv - half_h) * sv - ov, (cu + half_w) * su - ou, (cv + half_h) * sv - ov,
                  score, cls.float()], 1, out=boxes)
     keep = score >= threshold
     boxes.mul_(keep.unsqueeze(1))
@@ -125,7 +181,11 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
     if p.height % (4 * k) or p.width % (4 * k):
         raise ValueError(f"camera: frame {p.width}x{p.height} must be a multiple of {4 * k} (downscale x stride)")
     h, w = p.height // k, p.width // k
-    img = on_device(schema.image(height=p.height, width=p.width), device)
+    src_w, src_h = p.source_width or p.width, p.source_height or p.height
+    if src_w < 1 or src_h < 1:
+        raise ValueError(f"camera: source frame {src_w}x{src_h} must be at least 1x1")
+    lb = Letterbox(src_w, src_h, w, h) if (src_w, src_h) != (p.width, p.height) else None
+    img = on_device(schema.image(height=src_h, width=src_w), device)
     x_spec = TensorSpec("camera_input", (1, 3, h, w), "float32", device, layout="NCHW")
     block_spec = TensorSpec("camera_block", (h, w, 3), "float32", device)
     maps_spec = TensorSpec("camera_maps", (1, HEAD_CHANNELS, h // 4, w // 4), "float32", device, layout="NCHW")
@@ -142,11 +202,27 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
         with torch.inference_mode():
             maps.copy_(net(x))  # conv has no out=: one copy of the (small) head maps into the planned view
 
+    def letterbox(image: torch.Tensor, x: torch.Tensor, frame: torch.Tensor, region: torch.Tensor) -> None:
+        letterbox_into(image, x, frame, region, lb, mean, inv_std)
+
+    if lb is None:
+        scale, offset = float(k * CenterNet.stride), (0.0, 0.0)
+        first = Op("camera_preprocess", preprocess, (img,), (x_spec,), workspace=(block_spec,), capturable=True,
+                   cost_us=500)
+    else:   # output cells -> input pixels (x stride) -> source pixels (Letterbox.to_source, per axis)
+        (rw, rh), (ox, oy) = lb.size, lb.offset
+        scale = (CenterNet.stride * src_w / rw, CenterNet.stride * src_h / rh)
+        offset = (ox * src_w / rw, oy * src_h / rh)
+        frame_spec = TensorSpec("camera_frame", (3, src_h, src_w), "float32", device)
+        region_spec = TensorSpec("camera_region", (3, rh, rw), "float32", device)
+        first = Op("camera_preprocess", letterbox, (img,), (x_spec,), workspace=(frame_spec, region_spec),
+                   capturable=True, cost_us=500 + src_w * src_h // 500)
+
     def decode(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor) -> None:
-        decode_into(maps, boxes, count, float(k * CenterNet.stride), p.score_threshold)
+        decode_into(maps, boxes, count, scale, p.score_threshold, offset)
 
     ops = [
-        Op("camera_preprocess", preprocess, (img,), (x_spec,), workspace=(block_spec,), capturable=True, cost_us=500),
+        first,
         Op("camera_net", run_net, (x_spec,), (maps_spec,), capturable=True, cost_us=8000),
         Op("camera_decode", decode, (maps_spec,), (boxes_spec, count_spec), capturable=True, cost_us=300),
     ]

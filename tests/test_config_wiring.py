@@ -207,7 +207,7 @@ def test_an_ingress_codec_for_another_message_type(tmp_path, capsys, empty_bag):
     cfg = stack(tmp_path, lambda d: d["ingress"][1].update(codec="image_rgb"))
     refused(["replay", empty_bag, "--config", cfg], capsys, str(cfg), "ingress /sensing/radar/points",
             "codec image_rgb decodes sensor_msgs/msg/Image", "the bag's /sensing/radar/points is "
-            "sensor_msgs/msg/PointCloud2", "lidar_points, radar_points")
+            "sensor_msgs/msg/PointCloud2", "lidar_points, lidar_points_deskewed, radar_points")
 
     def both(d: dict[str, Any]) -> None:
         d["ingress"][1]["codec"] = "image_rgb"

@@ -29,6 +29,9 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
                    type=lambda text: "auto" if text.strip() == "auto" else
                    A.int_range(1, 64, what="'auto' or a process count from 1 to 64")(text),
                    help="processes rendering sensor frames; 'auto' = CPU count up to 8 (output is identical)")
+    p.add_argument("--camera", choices=("raw", "jpeg", "png"), default="raw",
+                   help="camera as sensor_msgs/Image (raw, default) or as a CompressedImage on "
+                        "/sensing/camera/image_raw/compressed (jpeg, png)")
     p.add_argument("--force", action="store_true", help="replace an existing OUT (otherwise refused)")
     return p
 
@@ -101,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"OUT {args.out}: cannot create: {e.strerror or e}") from None
     try:
         with staged as tmp:   # renamed onto OUT when complete (or cut short: PartialStop), else removed
-            s = record(tmp, scenario, seconds, seed, fmt, progress=progress, workers=workers)
+            s = record(tmp, scenario, seconds, seed, fmt, progress=progress, workers=workers,
+                       camera_format=getattr(args, "camera", "raw"))
     except PartialStop as e:
         if tty:
             sys.stderr.write("\n")

@@ -11,7 +11,7 @@ line says how many):
   ``speculate:`` or ``redundancy:`` ("did you mean", from the keys that exist there).
 - ``wiring_problems`` (no graphs needed): every channel has one writer (a task's output or an ingress
   route); every channel a task reads (``inputs:``) is written, fed by ingress, or may come from the
-  task's ``initial:`` (checked once it is called); every ``trigger:`` is written or fed (an initial
+  task's ``initial:`` (checked once it is called) or is one of its ``optional:`` inputs; every ``trigger:`` is written or fed (an initial
   value releases a task once, not periodically); every egress channel is written by a task (egress
   publishes what tasks publish, not ingress); every ``channels:`` entry names a channel in use, once.
 - ``channel_problems`` (``build_bindings``): each channel between tasks, writer spec against reader spec.
@@ -194,9 +194,11 @@ def wiring_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
     topics = _fed(doc)
     read: set[str] = set()
     for name, e in entries.items():
+        optional = e.get("optional") if isinstance(e.get("optional"), list) else []
         for gin, ch in _items(e.get("inputs")):
             read.add(ch)
-            if ch not in writers and e.get("initial") is None:
+            # an optional input may have no writer at all: a sensor the vehicle lacks reads as its empty default
+            if ch not in writers and e.get("initial") is None and gin not in optional:
                 out.append(ConfigError(source, f"task '{name}': inputs.{gin}: channel '{ch}' is written by no task, "
                                                f"fed by no ingress and given no initial: value{suggest(ch, known)}",
                                        task=name, field="inputs"))
@@ -257,9 +259,9 @@ def check_wiring(doc: Mapping[str, Any], source: str) -> None:
 
 
 def initial_problems(source: str, task: str, inputs: Mapping[str, str], ref: str, values: Mapping[str, Any],
-                     fed: set[str]) -> list[ConfigError]:
-    """A task's inputs on channels nothing else feeds, for which its ``initial:`` function gave no value;
-    values it gives for names that are not the task's inputs (they would be dropped)."""
+                     fed: set[str], optional: Iterable[str] = ()) -> list[ConfigError]:
+    """A task's inputs (but its ``optional`` ones) on channels nothing else feeds, for which its ``initial:``
+    function gave no value; values it gives for names that are not the task's inputs (they would be dropped)."""
     out = []
     extra = sorted(str(k) for k in values if k not in inputs)
     if extra:
@@ -267,7 +269,7 @@ def initial_problems(source: str, task: str, inputs: Mapping[str, str], ref: str
                                        f"inputs of the task; its inputs are {sorted(inputs)}", task=task,
                                field="initial"))
     for gin, ch in sorted(inputs.items()):
-        if ch not in fed and gin not in values:
+        if ch not in fed and gin not in values and gin not in optional:
             out.append(ConfigError(source, f"task '{task}': inputs.{gin}: channel '{ch}' is written by no task and "
                                            f"fed by no ingress, and initial: {ref} gives no value for '{gin}' (it "
                                            f"gives {sorted(map(str, values))}){suggest(ch, fed)}",

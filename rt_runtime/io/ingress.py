@@ -14,13 +14,15 @@ points), or whose kept points have a non-finite intensity. Images are integers: 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from ..bag import CodecError, cloud_to_array, cloud_xyz
+from ..bag.deskew import deskew
 from ..bag.image import RGB8_ENCODINGS, compressed_to_rgb8, image_to_rgb8
+from ..bag.lidar_layouts import driver_layout, point_intensity, point_times
 from ..bag.types import stamp_ns
 
 
@@ -47,11 +49,37 @@ class IngressCodec:
 
     name: str
     msgtypes: tuple[str, ...]
-    decode: Callable[[Any, str], np.ndarray | dict[str, np.ndarray]]
+    decode: Callable[..., np.ndarray | dict[str, np.ndarray]]   # (msg, topic[, motion])
     doc: str
     roles: tuple[str, ...] = ("value",)
     # What is non-finite in a decoded message that must not reach the stack (None: nothing)
     nonfinite: Callable[[Any, dict[str, np.ndarray]], str | None] = lambda msg, value: _any_nonfinite(value)
+    # decode also takes the ego's motion (``EgoMotion``: what the odometry said last)
+    uses_motion: bool = False
+
+
+@dataclass
+class EgoMotion:
+    """The ego's latest forward speed and yaw rate (base_link), for codecs that compensate motion.
+
+    The feed (replay) updates it from each decoded odometry message, in log-time order, so what a
+    LiDAR sweep is compensated with is the odometry logged before it: deterministic. ``mounts``:
+    a sensor frame's (x, y, z, yaw) in base_link (from the bag's /tf_static), for the lever arm.
+    """
+
+    vx: float = 0.0
+    yaw_rate: float = 0.0
+    t_s: float = math.nan   # the odometry's stamp (s): the time a sweep is compensated to
+    known: bool = False
+    mounts: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
+
+    def update(self, odom: np.ndarray) -> None:
+        """Take vx, yaw rate and stamp from an odometry codec's (6,) array (x, y, yaw, vx, yaw_rate, t)."""
+        self.vx, self.yaw_rate, self.t_s, self.known = float(odom[3]), float(odom[4]), float(odom[5]), True
+
+
+# A sweep is compensated to the latest odometry's stamp when it is this close to the sweep's, else to its own.
+DESKEW_MAX_REFERENCE_S = 1.0
 
 
 def _any_nonfinite(value: dict[str, np.ndarray], names: tuple[str, ...] = ()) -> str | None:
@@ -87,14 +115,44 @@ def _radar_nonfinite(msg: Any, value: dict[str, np.ndarray]) -> str | None:
     return _any_nonfinite(value, ("x", "y", "z", "doppler", "rcs"))
 
 
-def _lidar_points(msg: Any, topic: str) -> np.ndarray:
+def _lidar_columns(msg: Any, topic: str, with_time: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """(N, 4) x, y, z, intensity (the convention of ``bag.lidar_layouts``) of the finite points, and
+    their times since the stamp when ``with_time`` and the layout has them."""
     pts = cloud_to_array(msg, topic)
-    names = pts.dtype.names or ()
-    extra = ("intensity",) if "intensity" in names else ()
-    xyz = cloud_xyz(pts, extra)
-    if not extra:  # a cloud without intensity still feeds a 4-column contract
-        xyz = np.concatenate([xyz, np.zeros((len(xyz), 1), np.float32)], axis=1)
-    return xyz
+    layout = driver_layout(pts.dtype.names)
+    flat = pts.reshape(-1)
+    missing = [n for n in ("x", "y", "z") if n not in (pts.dtype.names or ())]
+    if missing:
+        raise CodecError(f"point cloud has no field(s) {missing}; it has {pts.dtype.names}")
+    out = np.empty((len(flat), 4), np.float32)
+    for i, n in enumerate(("x", "y", "z")):
+        out[:, i] = flat[n]   # one strided copy per field, converting byte order and type
+    inten = point_intensity(pts, layout)
+    out[:, 3] = 0.0 if inten is None else inten   # a cloud without intensity still feeds a 4-column contract
+    times = point_times(pts, layout, stamp_ns(msg.header.stamp)) if with_time else None
+    ok = np.isfinite(out[:, 0]) & np.isfinite(out[:, 1]) & np.isfinite(out[:, 2])
+    if not ok.all():
+        out = out[ok]
+        times = times[ok] if times is not None else None
+    return out, times
+
+
+def _lidar_points(msg: Any, topic: str) -> np.ndarray:
+    return _lidar_columns(msg, topic, with_time=False)[0]
+
+
+def _lidar_points_deskewed(msg: Any, topic: str, motion: EgoMotion | None) -> np.ndarray:
+    """As ``lidar_points``, each point moved to where the sensor sees it from at the latest odometry's stamp
+    (the ego pose the fusion places the objects with), or at the sweep's stamp (``bag.deskew``)."""
+    moving = motion is not None and motion.known and (motion.vx != 0.0 or motion.yaw_rate != 0.0)
+    out, times = _lidar_columns(msg, topic, with_time=moving)
+    if moving and times is not None and len(out):
+        mount = motion.mounts.get(msg.header.frame_id, (0.0, 0.0, 0.0, 0.0))
+        ref = motion.t_s - stamp_ns(msg.header.stamp) * 1e-9
+        if abs(ref) <= DESKEW_MAX_REFERENCE_S:   # else the odometry is on another clock: the sweep's stamp
+            times = times - np.float32(ref)
+        out[:, :3] = deskew(out[:, :3], times, motion.vx, motion.yaw_rate, mount)
+    return out
 
 
 def _radar_points(msg: Any, topic: str) -> np.ndarray:
@@ -154,6 +212,10 @@ INGRESS_CODECS: dict[str, IngressCodec] = {c.name: c for c in (
     IngressCodec("lidar_points", ("sensor_msgs/msg/PointCloud2",), _lidar_points,
                  "PointCloud2 -> (N, 4) float32 x, y, z, intensity; non-finite points dropped "
                  "(rejected when more than half are)", nonfinite=_lidar_nonfinite),
+    IngressCodec("lidar_points_deskewed", ("sensor_msgs/msg/PointCloud2",), _lidar_points_deskewed,
+                 "as lidar_points, motion-compensated to the stamp with each point's time and the ego's odometry "
+                 "(docs/SENSORS.md, \"LiDAR drivers\"); as measured without odometry or per-point time",
+                 nonfinite=_lidar_nonfinite, uses_motion=True),
     IngressCodec("radar_points", ("sensor_msgs/msg/PointCloud2",), _radar_points,
                  "PointCloud2 with doppler and rcs -> (R, 5) float32 x, y, z, doppler, rcs; "
                  "rejected if any is non-finite", nonfinite=_radar_nonfinite),
@@ -174,11 +236,12 @@ INGRESS_CODECS: dict[str, IngressCodec] = {c.name: c for c in (
 )}
 
 
-def decode(codec: IngressCodec, msg: Any, topic: str) -> dict[str, np.ndarray]:
+def decode(codec: IngressCodec, msg: Any, topic: str, motion: EgoMotion | None = None) -> dict[str, np.ndarray]:
     """Run a codec: {role: array}; every decoding failure becomes an ``IngressError`` naming the topic,
-    and NaN/Inf the stack must not see a ``NonFiniteError`` (see the module's doc)."""
+    and NaN/Inf the stack must not see a ``NonFiniteError`` (see the module's doc). ``motion`` goes to
+    the codecs that use it (``uses_motion``)."""
     try:
-        out = codec.decode(msg, topic)
+        out = codec.decode(msg, topic, motion) if codec.uses_motion else codec.decode(msg, topic)
         out = out if isinstance(out, dict) else {"value": out}
     except IngressError:
         raise

@@ -23,7 +23,8 @@ from ..bag import BagError, BagReader
 from ..bag.types import stamp_ns
 from ..config.stack import IngressRoute
 from ..io import INGRESS_CODECS, IngressError
-from ..io.ingress import decode
+from ..bag.calibration import read_calibration
+from ..io.ingress import EgoMotion, decode
 
 # A header stamp further than this from the log time is on another clock (or wrong); a simulated
 # LiDAR sweep is logged 105 ms after its stamp, a real driver's messages within tens of ms.
@@ -47,6 +48,7 @@ class FeedItem:
 def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration_ns: int) -> Iterator[FeedItem]:
     """The bag's input messages in order, decoded; a bad message is an item with ``error`` and ``kind`` set."""
     last: dict[str, int] = {}   # header stamp of the topic's last used message
+    motion = _ego_motion(reader, routes)   # for codecs that compensate the ego's motion (deskew); else None
     for msg in reader.messages(topics=list(routes), damaged=True):
         t = msg.t_ns - reader.start_ns
         if t > duration_ns:
@@ -58,7 +60,9 @@ def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration
             continue
         try:
             obj = reader.decode(msg)
-            value = decode(INGRESS_CODECS[route.codec], obj, msg.topic)
+            value = decode(INGRESS_CODECS[route.codec], obj, msg.topic, motion)
+            if motion is not None and route.codec == "odometry":
+                motion.update(value["value"])
         except IngressError as e:
             yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e), e.kind)
             continue
@@ -66,6 +70,15 @@ def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration
             yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e), "undecodable")
             continue
         yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(obj, msg.topic, msg.t_ns, last))
+
+
+def _ego_motion(reader: BagReader, routes: Mapping[str, IngressRoute]) -> EgoMotion | None:
+    """An ``EgoMotion`` with the bag's sensor mounts when a route's codec uses one, else None."""
+    moving = [t for t, r in routes.items() if INGRESS_CODECS[r.codec].uses_motion]
+    if not moving:
+        return None
+    cal = read_calibration(reader, moving)
+    return EgoMotion(mounts={cal.frames[t]: tuple(p.mount4()) for t in moving if (p := cal.pose_of(t)) is not None})
 
 
 def _stamp_notes(obj: Any, topic: str, log_ns: int, last: dict[str, int]) -> tuple[tuple[str, str], ...]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..bag import BagWriter, Objects, array_to_cloud, array_to_image, header, msg_class, objects_to_msg
+from ..bag import (BagWriter, Objects, array_to_cloud, array_to_compressed, array_to_image, header, image_to_array,
+                   msg_class, objects_to_msg, stamp_ns)
 from ..bag.types import GROUND_TRUTH_OBJECTS, quaternion_from_matrix, quaternion_from_yaw, vector3
 from . import camera, lidar, radar
 from .rig import Rig
@@ -234,24 +235,44 @@ class Summary:
     checks: dict[str, tuple[float, float, bool]]
 
 
+CAMERA_FORMATS = ("raw", "jpeg", "png")
+COMPRESSED_CAMERA = "/sensing/camera/image_raw/compressed"   # image_transport's name for the compressed twin
+
+
+def _compressed(msg: Any, fmt: str) -> Any:
+    """A camera Image as the CompressedImage a vehicle's image_transport would record (JPEG quality 90)."""
+    return array_to_compressed(image_to_array(msg), msg.header.frame_id, stamp_ns(msg.header.stamp), fmt)
+
+
 def record(out: str | Path, scenario: str = "highway_cut_in", seconds: float = 20.0, seed: int = 0,
            format: str = "mcap", rig: Rig | None = None, progress: Callable[[float], None] | None = None,
-           workers: int = 1) -> Summary:
-    """Simulate `scenario` for `seconds` and write every sensor stream to a new bag at `out`."""
+           workers: int = 1, camera_format: str = "raw") -> Summary:
+    """Simulate `scenario` for `seconds` and write every sensor stream to a new bag at `out`.
+
+    ``camera_format``: ``raw`` records ``sensor_msgs/Image``; ``jpeg`` or ``png`` records the frames as a
+    ``CompressedImage`` on ``/sensing/camera/image_raw/compressed`` instead (no raw twin)."""
+    if camera_format not in CAMERA_FORMATS:
+        raise ValueError(f"camera_format: expected one of {', '.join(CAMERA_FORMATS)}, found {camera_format!r}")
     start = time.perf_counter()
     rig = rig or Rig()
     sc = build_scenario(scenario, seed)
     traj = simulate(sc, seconds)
+    topics = dict(TOPICS)
+    if camera_format != "raw":
+        del topics["/sensing/camera/image_raw"]
+        topics[COMPRESSED_CAMERA] = "sensor_msgs/msg/CompressedImage"
     with BagWriter(out, format) as w:
-        for topic, msgtype in TOPICS.items():
+        for topic, msgtype in topics.items():
             w.add_topic(topic, msgtype)
         res = outcome(traj, seconds)
         w.set_metadata("rt_runtime.sim", json.dumps({
             "scenario": sc.name, "description": sc.description, "seed": seed, "seconds": seconds,
             "start_ns": T0_NS, "map_frame": "map", "rig": rig.describe(), "expected_outcome": sc.expected,
-            "outcome": res, "topics": TOPICS}, sort_keys=True))
+            "outcome": res, "topics": topics}, sort_keys=True))
         n = 0
         for log_ns, topic, msg in messages(sc, traj, rig, seed, seconds, progress, workers):
+            if camera_format != "raw" and topic == "/sensing/camera/image_raw":
+                topic, msg = COMPRESSED_CAMERA, _compressed(msg, camera_format)
             w.write(topic, log_ns, msg)
             n += 1
     return Summary(Path(out), sc.name, seconds, n, w.bytes_written, time.perf_counter() - start, res,
