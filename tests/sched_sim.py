@@ -50,3 +50,34 @@ def simulate(jobs: list[dict], key: Callable[[dict], tuple], horizon: int) -> li
 def periodic(period: int, offset: int, horizon: int) -> list[int]:
     """Arrival instants offset, offset + period, ... below horizon."""
     return list(range(offset, horizon, period))
+
+
+def simulate_precedence(jobs: list[dict], key: Callable[[dict], tuple], horizon: int) -> list[dict]:
+    """``simulate`` where a job may name another job under ``after``: it is released the instant that job
+    finishes (not before its own ``release``), as a chain member is; sets job['release'] to that instant."""
+    waiting = sorted(jobs, key=lambda j: j["release"])
+    ready: list[dict] = []
+    running: dict | None = None
+    op_left = 0
+    for t in range(horizon):
+        still = []
+        for j in waiting:
+            pred = j.get("after")
+            if j["release"] <= t and (pred is None or (pred["finish"] is not None and pred["finish"] <= t)):
+                j["release"] = max(j["release"], pred["finish"]) if pred is not None else j["release"]
+                ready.append(j)
+            else:
+                still.append(j)
+        waiting = still
+        if running is None:
+            if not ready:
+                continue
+            running = min(ready, key=key)
+            op_left = running["ops"].pop(0)
+        op_left -= 1
+        if op_left == 0:
+            if not running["ops"]:
+                running["finish"] = t + 1
+                ready.remove(running)
+            running = None
+    return jobs

@@ -222,12 +222,12 @@ def test_check_and_replay_refuse_the_same_typo(tmp_path, capsys):
 
 @pytest.mark.timeout(30)
 def test_check_turns_an_overflow_into_exit_2(tmp_path, capsys, monkeypatch):
-    import rt_runtime.analysis as analysis
+    import rt_runtime.analysis.e2e as analysis   # what `check` runs: the holistic analysis
 
     def overflow(*_a: object, **_k: object) -> None:
         raise OverflowError("Python int too large to convert to C long")
 
-    monkeypatch.setattr(analysis, "analyze_taskset", overflow)
+    monkeypatch.setattr(analysis, "analyze_system", overflow)
     path = write(tmp_path, "policy: edf\ntasks:\n  - {name: a, period: 86400s, wcet: 1ms}\n")
     rc, _, err = run(["check", path], capsys)
     assert rc == 2

@@ -48,13 +48,20 @@ class ChainBounds:
     let_reaction_ns: int | None
     let_data_age_ns: int | None
     note: str = ""
+    # From the head's release to the chain's last output (``e2e.chain_latency``): visible under LET as
+    # configured (a run-time chain, or one inside this one, as one interval: chain-LET), visible if
+    # every task were its own LET interval (per-hop LET), and the last task finished (response times).
+    chain_let_ns: int | None = None
+    per_hop_let_ns: int | None = None
+    response_ns: int | None = None
 
     def to_json(self) -> dict[str, object]:
         """JSON-ready dict, durations in ms."""
         ms = lambda ns: None if ns is None else ns / 1e6  # noqa: E731
         return {"name": self.name, "tasks": list(self.tasks), "davare_ms": ms(self.davare_ns),
                 "let_reaction_ms": ms(self.let_reaction_ns), "let_data_age_ms": ms(self.let_data_age_ns),
-                "note": self.note}
+                "chain_let_ms": ms(self.chain_let_ns), "per_hop_let_ms": ms(self.per_hop_let_ns),
+                "response_ms": ms(self.response_ns), "note": self.note}
 
 
 def _waits(tasks: Sequence[Task]) -> list[int]:
@@ -161,6 +168,10 @@ def _hop_bounds(chain: Chain, tasks: Mapping[str, Task], schedulable: Mapping[st
         else:
             prev_members, _, prev_head = hops[k - 1]
             fed = head.is_triggered and head.trigger in writes.get(prev_members[-1], ())
+            if head.is_triggered and not fed and str(head.trigger).startswith(("all(", "any(")):
+                return ChainBounds(chain.name, chain.tasks, None, None, None,
+                                   f"task '{head.name}' is released by a join, which these formulas do not cover "
+                                   f"(the chain-LET and per-hop columns do)")
             if head.is_triggered and not fed:
                 return ChainBounds(chain.name, chain.tasks, None, None, None,
                                    f"task '{head.name}' is event-triggered by something other than "

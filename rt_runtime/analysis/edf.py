@@ -1,9 +1,11 @@
 """EDF analysis: the processor-demand test (QPA) and worst-case response times (Spuri).
 
-Model: sporadic tasks with constrained deadlines (D <= T), release jitter J, and preemption only
-between ops (limited preemption). Release jitter is handled the usual way: a job may be released
-up to J after its arrival but its deadline still counts from the arrival, so in the demand bound
-a task behaves as if its deadline were D' = D - J (Spuri 1996).
+Model: sporadic tasks with arbitrary deadlines (D may exceed T: the demand bound and Spuri's busy
+period count every job of a task whose deadline falls in the window, so earlier jobs of the same
+task still queue ahead), release jitter J, and preemption only between ops (limited preemption).
+Release jitter is handled the usual way: a job may be released up to J after its arrival but its
+deadline still counts from the arrival, so in the demand bound a task behaves as if its deadline
+were D' = D - J (Spuri 1996).
 
 Blocking. A job with an absolute deadline after the end of an interval of length t can block the
 jobs inside it only if it started before the interval, so only tasks with D_j > t can block it
@@ -20,7 +22,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..core.task import Task, TaskError
+from ..core.task import Task
 from ..core.units import format_duration as fmt
 from .bounds import exact_utilization
 from .rta import MAX_ITERATIONS, least_fixed_point
@@ -53,15 +55,6 @@ class SpuriResult:
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def check_constrained(tasks: Sequence[Task]) -> None:
-    """Raise TaskError for a deadline longer than the period, which QPA and Spuri's analysis do not cover."""
-    for t in tasks:
-        if t.deadline > t.period_ns:
-            raise TaskError(t.name, "deadline", f"{fmt(t.deadline)} is longer than the period ({fmt(t.period_ns)}): "
-                                                f"under policy edf the analysis (QPA) needs constrained "
-                                                f"deadlines, deadline <= period")
 
 
 def demand_bound(tasks: Sequence[Task], t: int) -> int:
@@ -122,7 +115,6 @@ def qpa(tasks: Sequence[Task], np_ns: Sequence[int] | None = None) -> DemandResu
     h(t) < t, because h is non-decreasing. With blocking the test is h(t) + B(t) <= t; B(t) is a
     step function constant between relative deadlines, so the walk runs once per such segment.
     """
-    check_constrained(tasks)
     np_ns = list(np_ns) if np_ns is not None else [0] * len(tasks)
     if not tasks:
         return DemandResult(True, 0, None)
@@ -137,7 +129,8 @@ def qpa(tasks: Sequence[Task], np_ns: Sequence[int] | None = None) -> DemandResu
     b_explicit = max((k.blocking_ns or 0 for k in tasks), default=0)
     b_max = max([b_explicit, *np_ns])
     if u < 1:
-        # Beyond La, h(t) + B(t) <= t U + sum (T - D') U + B <= t (Zhang & Burns, Theorem 3, with B).
+        # Beyond La, h(t) + B(t) <= t U + sum (T - D') U + B <= t (Zhang & Burns, Theorem 3, with B);
+        # a deadline beyond the period makes its term negative, and La >= max D covers max(D - T).
         slack = sum((Fraction((k.period_ns - k.deadline + k.jitter_ns) * k.wcet_ns, k.period_ns) for k in tasks),
                     Fraction(0))
         la = max(d_max, math.ceil((slack + b_explicit) / (1 - u)))
@@ -178,7 +171,6 @@ def spuri_response_times(tasks: Sequence[Task], np_ns: Sequence[int] | None = No
     deadline of another task or a + J_i a multiple of T_i, so those a in [-J_i, L) are the only
     candidates, L being the synchronous busy period. Measured from arrival, so it includes J_i.
     """
-    check_constrained(tasks)
     np_ns = list(np_ns) if np_ns is not None else [0] * len(tasks)
     u = exact_utilization(tasks)
     if u > 1:

@@ -15,7 +15,7 @@ from ..core.chain import apply_chains
 from ..core.task import Task, TaskError
 from . import bounds
 from .chains import Chain, ChainBounds, chain_bounds
-from .edf import DemandResult, check_constrained, qpa, spuri_response_times
+from .edf import DemandResult, qpa, spuri_response_times
 from .rta import FIXED_PRIORITY_POLICIES, fixed_priority_analysis, longest_op_ns, priority_order
 
 POLICIES = ("rm", "dm", "fp", "edf")
@@ -39,6 +39,8 @@ class TaskResult:
     schedulable: bool
     priority_rank: int | None = None  # 1 = highest, under fixed priorities
     note: str = ""
+    released_by: str = ""             # how its release model was derived (``cpa``), when it was
+    worker: int | None = None
 
     @property
     def slack_ns(self) -> int | None:
@@ -55,7 +57,8 @@ class TaskResult:
         return {"name": self.name, "response_time_ms": _ms(self.response_ns), "deadline_ms": _ms(self.deadline_ns),
                 "schedulable": self.schedulable, "slack_ms": _ms(self.slack_ns), "period_ms": _ms(self.period_ns),
                 "wcet_ms": _ms(self.wcet_ns), "jitter_ms": _ms(self.jitter_ns), "blocking_ms": _ms(self.blocking_ns),
-                "utilization": self.utilization, "priority_rank": self.priority_rank, "note": self.note}
+                "utilization": self.utilization, "priority_rank": self.priority_rank, "note": self.note,
+                "released_by": self.released_by, "worker": self.worker}
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,7 @@ def validate_for_policy(tasks: Sequence[Task], policy: str) -> None:
         if t.name in seen:
             raise TaskError(t.name, "name", "two tasks have this name")
         seen.add(t.name)
-    if policy == "edf":
-        check_constrained(tasks)
-    elif policy == "fp":
+    if policy == "fp":
         priority_order(tasks, policy)
 
 

@@ -248,10 +248,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, staged: list[Any]) -> int:
-    from ..analysis import analyze_taskset
     from ..cli import UsageError
-    from ..config import ConfigError, load_taskset
-    from ..config.taskset import task_writes
+    from ..config import ConfigError
     from ..config.stack import load_stack, parse_stack
     from ..core.task import TaskError
     from ..core.units import parse_duration
@@ -259,7 +257,7 @@ def _run(args: argparse.Namespace, staged: list[Any]) -> int:
     from ..replay import ReplayError, replay
     from ..replay.defaults import default_bag, default_config
     from ..trace import TraceFileError
-    from .check import POLICY_NAMES
+    from .check import POLICY_NAMES, analyse_file
 
     try:
         margin = float(args.margin)
@@ -317,8 +315,8 @@ def _run(args: argparse.Namespace, staged: list[Any]) -> int:
         write_atomic(out, new_text, like=config)
         for st in staged:
             st.commit()
-        policy, tasks, chains = load_taskset(out)
-        report = analyze_taskset(tasks, policy, chains, task_writes(out))
+        report = analyse_file(str(out))   # the very analysis `rt-runtime check` runs on it
+        policy = report.policy
     except (ConfigError, TaskError, ValueError, OSError) as e:
         raise UsageError(str(e)) from None
     how = f"{policy} ({POLICY_NAMES[policy]}), utilization {report.utilization:.3f}"

@@ -1,8 +1,10 @@
-"""`rt-runtime check FILE [--json]`: schedulability analysis of a task set.
+"""`rt-runtime check FILE [--json]`: schedulability analysis of a task set, as it runs.
 
-Reads a full configuration or a file with only ``policy:``, ``tasks:`` (and ``chains:``), prints
-utilization, each task's worst-case response time, deadline, slack and verdict, the overall
-verdict and the chain latency bounds. Exit status: 0 schedulable, 1 not, 2 invalid input.
+Reads a full configuration or a file with only ``policy:``, ``tasks:`` (and ``chains:``), derives each
+task's releases from what triggers it and analyses each worker (``analysis.e2e``, docs/ANALYSIS.md),
+prints utilization, each task's release model, worst-case response time, deadline, slack and
+verdict, the overall verdict and the chains' end-to-end latency bounds (chain-LET, per-hop LET,
+response). Exit status: 0 schedulable, 1 not, 2 invalid input.
 """
 from __future__ import annotations
 
@@ -21,9 +23,11 @@ POLICY_NAMES = {"rm": "rate monotonic", "dm": "deadline monotonic", "fp": "fixed
 def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register `check` with its arguments."""
     p = subparsers.add_parser(
-        name, help=help_text, description="Schedulability analysis of the task set in FILE: exact response-time "
-        "analysis under rm/dm/fp, processor demand (QPA) and Spuri's response times under edf. Exit status 0 "
-        "when schedulable, 1 when not, 2 on invalid input.")
+        name, help=help_text, description="Schedulability analysis of the task set in FILE, "
+        "with each task's releases derived from what triggers it (holistic analysis: jitter propagated along "
+        "chains, release offsets, the runtime's workers): response-time analysis under rm/dm/fp, processor "
+        "demand and Spuri's response times under edf; chain latency bounds under chain-LET and per-hop LET. "
+        "Exit status 0 when schedulable, 1 when not, 2 on invalid input.")
     p.add_argument("file", metavar="FILE", help="YAML with policy: and tasks: (a full config also works)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     return p
@@ -31,14 +35,11 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
 
 def run(args: argparse.Namespace) -> int:
     """Analyse the file; print the table or JSON; 0 schedulable, 1 not, 2 invalid input."""
-    from ..analysis import analyze_taskset
-    from ..config import ConfigError, load_taskset
-    from ..config.taskset import task_writes
+    from ..config import ConfigError
     from ..core.task import TaskError
 
     try:
-        policy, tasks, chains = load_taskset(args.file)
-        report = analyze_taskset(tasks, policy, chains, task_writes(args.file))
+        report = analyse_file(args.file)
     except ConfigError as e:
         return _usage_error(str(e))
     except (TaskError, ValueError) as e:  # what the analysis itself refuses, e.g. an unsupported deadline
@@ -52,6 +53,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(report, str(args.file)))
     return 0 if report.schedulable else 1
+
+
+def analyse_file(path: str) -> SchedulabilityReport:
+    """The file's task set through the holistic analysis (``analysis.e2e``): releases derived from what
+    triggers each task, the workers partitioned as the runtime partitions them (chains kept together)."""
+    from ..analysis.e2e import analyze_system
+    from ..config import load_taskset
+    from ..config.taskset import task_releases, task_writes
+    from ..core.chain import apply_chains
+    from ..sched.policy import partition
+
+    policy, tasks, chains = load_taskset(path)
+    acts, on_finish, explicit, workers = task_releases(path)
+    where = partition(apply_chains(tasks, chains, policy), workers, explicit,
+                      together=[c.tasks for c in chains if c.deadline_ns is not None]) if workers > 1 else None
+    return analyze_system(tasks, policy, chains, acts, on_finish, where, None, task_writes(path))
 
 
 def _usage_error(message: str) -> int:
@@ -91,27 +108,18 @@ def render(report: SchedulabilityReport, source: str) -> str:
     for t in report.tasks:
         if t.note and (not t.schedulable or t.response_ns is None):
             out.append(f"  {t.name}: {t.note}")
-    out.append("")
-    b = report.bounds
-    if "liu_layland" in b:
-        ll, hb = b["liu_layland"], b["hyperbolic"]
-        tag = "" if ll["applies"] else "  (not applicable: needs rate-monotonic order, implicit deadlines, no " \
-                                       "jitter and no blocking)"
-        out.append(f"Liu & Layland bound: U {report.utilization:.3f} <= {ll['bound']:.3f}: "
-                   f"{'passes' if ll['passes'] else 'fails'}{tag}")
-        out.append(f"hyperbolic bound: prod(U_i + 1) {hb['product']:.3f} <= 2: "
-                   f"{'passes' if hb['passes'] else 'fails'}{tag}")
-        how = "response-time analysis"
-    else:
-        d = b["edf_demand"]
-        out.append(f"EDF utilization test: U {report.utilization:.3f} <= 1: "
-                   f"{'passes' if b['edf_utilization']['passes'] else 'fails'}"
-                   + ("" if b["edf_utilization"]["applies"] else "  (necessary only: constrained deadlines, "
-                                                                 "jitter or blocking)"))
-        until = "" if d["checked_until_ms"] is None else f", deadlines up to {d['checked_until_ms']:.3f} ms"
-        out.append(f"processor demand (QPA{until}): {'passes' if d['passes'] else 'fails'}"
-                   + (f" ({d['note']})" if d["note"] else ""))
-        how = "processor demand (QPA) and Spuri's response times"
+    released = [[t.name, str(t.worker), t.released_by] for t in report.tasks if t.released_by]
+    if any(r[2] != "periodic" for r in released):
+        out += ["", "releases (derived from what triggers each task; period and jitter above are these models'):"]
+        out += _table(["task", "worker", "released by"], released, left=3)
+    workers = {k: v for k, v in report.bounds.items() if k.startswith("worker")}
+    how = ""
+    for key, b in (workers or {"": report.bounds}).items():
+        out.append("")
+        u = b.get("utilization", report.utilization)
+        if len(workers) > 1:
+            out.append(f"{key.replace('worker', 'worker ')}: {len(b['tasks'])} tasks, utilization {u:.3f}")
+        how = _render_tests(out, b, u)
     for n in report.notes:
         out.append(f"note: {n}")
     missed = [t.name for t in report.tasks if not t.schedulable]
@@ -119,12 +127,39 @@ def render(report: SchedulabilityReport, source: str) -> str:
                + (f"; can miss: {', '.join(missed)}" if missed else "") + ")")
     if report.chains:
         out += ["", "cause-effect chains (end-to-end latency bounds):"]
-        rows = [[c.name, " -> ".join(c.tasks), _ms(c.davare_ns), _ms(c.let_reaction_ns), _ms(c.let_data_age_ns)]
-                for c in report.chains]
-        out += _table(["chain", "tasks", "Davare ms", "LET reaction ms", "LET data age ms"], rows, left=2)
+        rows = [[c.name, " -> ".join(c.tasks), _ms(c.chain_let_ns), _ms(c.per_hop_let_ns), _ms(c.response_ns),
+                 _ms(c.davare_ns), _ms(c.let_reaction_ns), _ms(c.let_data_age_ns)] for c in report.chains]
+        out += _table(["chain", "tasks", "chain-LET ms", "per-hop LET ms", "response ms", "Davare ms",
+                       "LET reaction ms", "LET data age ms"], rows, left=2)
         for c in report.chains:
             if c.note:
                 out.append(f"  {c.name}: {c.note}")
-        out.append("Davare: sum(T + R), implicit communication; LET (Dürr et al. 2019): reaction sum(T + D), "
-                   "data age sum(T + D) - T_last")
+        out.append("from the first task's release: chain-LET = last output visible as configured (a chain with a "
+                   "deadline is one LET interval), per-hop LET = every task its own LET interval, response = last "
+                   "task finished (docs/ANALYSIS.md); Davare: sum(T + R); LET (Dürr et al. 2019): reaction "
+                   "sum(T + D), data age sum(T + D) - T_last")
     return "\n".join(out)
+
+
+def _render_tests(out: list[str], b: dict, u: float) -> str:
+    """The lines of the tests that decided (one worker's, or the whole set's); returns the method's name."""
+    if "liu_layland" in b:
+        ll, hb = b["liu_layland"], b["hyperbolic"]
+        tag = "" if ll["applies"] else "  (not applicable: needs rate-monotonic order, implicit deadlines, no " \
+                                       "jitter and no blocking)"
+        out.append(f"Liu & Layland bound: U {u:.3f} <= {ll['bound']:.3f}: {'passes' if ll['passes'] else 'fails'}{tag}")
+        out.append(f"hyperbolic bound: prod(U_i + 1) {hb['product']:.3f} <= 2: "
+                   f"{'passes' if hb['passes'] else 'fails'}{tag}")
+        return "response-time analysis"
+    d = b["edf_demand"]
+    out.append(f"EDF utilization test: U {u:.3f} <= 1: {'passes' if b['edf_utilization']['passes'] else 'fails'}"
+               + ("" if b["edf_utilization"]["applies"] else "  (necessary only: constrained deadlines, "
+                                                             "jitter or blocking)"))
+    until = "" if d["checked_until_ms"] is None else f", deadlines up to {d['checked_until_ms']:.3f} ms"
+    out.append(f"processor demand, worst phasing (QPA{until}): {'passes' if d['passes'] else 'fails'}"
+               + (f" ({d['note']})" if d["note"] else ""))
+    if "edf_offsets" in b:
+        o = b["edf_offsets"]
+        out.append(f"processor demand, release offsets: {'passes' if o['passes'] else 'fails'} ({o['note']})")
+        return "processor demand with release offsets, Spuri's response times"
+    return "processor demand (QPA) and Spuri's response times"

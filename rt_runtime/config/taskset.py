@@ -270,6 +270,33 @@ def task_writes(path: str | Path) -> dict[str, set[str]]:
             if isinstance(e.get("outputs"), Mapping)}
 
 
+def task_releases(path: str | Path) -> tuple[dict[str, Any], dict[str, bool], dict[str, int], int]:
+    """What releases each task, for the holistic analysis (``analysis.cpa``): (task -> ``Activation``,
+    task -> publishes on finish, task -> explicit worker, workers). Reads a file ``load_taskset``
+    already validated; a trigger channel no task writes is ingress."""
+    from ..analysis.cpa import Activation
+    from .wiring import _entries
+
+    doc = load_yaml(path)
+    entries = list(_entries(doc).values())
+    writer = {ch: str(e.get("name")) for e in entries if isinstance(e.get("outputs"), Mapping)
+              for ch in map(str, e["outputs"].values())}
+    acts: dict[str, Any] = {}
+    for e in entries:
+        trig, name = e.get("trigger"), str(e.get("name"))
+        if trig is None:
+            acts[name] = Activation("periodic")
+            continue
+        mode, chans = ("trigger", [trig]) if isinstance(trig, str) else \
+            next(((m, list(trig[m])) for m in ("all", "any") if m in trig), ("trigger", []))
+        writers = tuple(writer[c] for c in chans if c in writer)
+        acts[name] = Activation(mode, writers) if writers and len(writers) == len(chans) else Activation("ingress")
+    on_finish = {str(e.get("name")): e.get("publish") == "on_finish" for e in entries}
+    explicit = {str(e.get("name")): int(e["worker"]) for e in entries if isinstance(e.get("worker"), int)}
+    workers = doc.get("workers")
+    return acts, on_finish, explicit, workers if isinstance(workers, int) and workers >= 1 else 1
+
+
 def parse_join(value: Mapping[str, Any], fail: Any) -> Any:
     """``trigger: {all: [a, b], window: "5ms" | pairing: exact}`` or ``{any: [a, b]}`` as a ``Join``."""
     from ..sched.binding import Join
