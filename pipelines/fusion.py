@@ -3,10 +3,10 @@
 Two tensorized ops (whole batches, no per-object Python loops, no host reads of counts):
 
 1. ``fuse_lidar_radar`` (base_link): every valid LiDAR box is an object. Radar clusters are matched
-   to boxes by centre distance, gated per box at half its diagonal plus ``radar_gate_m``, with
-   greedy-by-cost (mutual nearest rounds, ``geometry.greedy_assign``). A matched box takes the
-   cluster's range rate (Doppler) and a fused score ``1 - (1 - s_lidar)(1 - s_radar / 2)``. A
-   cluster that falls in some box's gate but lost the match (a second cluster on a long truck) is
+   to boxes by centre distance, gated per box at ``radar_gate_m`` around its outline (in the box's
+   frame), with greedy-by-cost (mutual nearest rounds, ``geometry.greedy_assign``). A matched box
+   takes the cluster's range rate (Doppler) and a fused score ``1 - (1 - s_lidar)(1 - s_radar / 2)``.
+   A cluster that falls in some box's gate but lost the match (a second cluster on a long truck) is
    absorbed; any other cluster becomes a radar-only object of default size and discounted score.
    A class prior comes from the box size (length >= 7 m truck, >= 3 m car, >= 1.2 m cyclist,
    else pedestrian).
@@ -73,9 +73,14 @@ def _lidar_radar_op(p: FusionParams, device: str) -> Op:
         nb, nr = boxes.shape[0], radar.shape[0]
         lb = valid_mask(box_count, nb)
         rb = valid_mask(radar_count, nr) & (radar[:, RO["score"]] >= p.min_radar_score)
-        dist = (boxes[:, None, :2] - radar[None, :, :2]).norm(dim=-1)
-        gate = 0.5 * torch.hypot(boxes[:, B["l"]], boxes[:, B["w"]]) + p.radar_gate_m
-        inside = lb[:, None] & rb[None, :] & (dist < gate[:, None])
+        rel = radar[None, :, :2] - boxes[:, None, :2]
+        dist = rel.norm(dim=-1)
+        # Gate in the box's frame: within radar_gate_m of its outline. A circle round a long truck
+        # takes in the roadside beside it, whose static clutter would lend the truck its Doppler.
+        c, s = torch.cos(boxes[:, B["yaw"], None]), torch.sin(boxes[:, B["yaw"], None])
+        out_u = (rel[..., 0] * c + rel[..., 1] * s).abs() - 0.5 * boxes[:, B["l"], None]
+        out_v = (rel[..., 1] * c - rel[..., 0] * s).abs() - 0.5 * boxes[:, B["w"], None]
+        inside = lb[:, None] & rb[None, :] & (out_u < p.radar_gate_m) & (out_v < p.radar_gate_m)
         b2r, _ = greedy_assign(torch.where(inside, dist, math.inf))
         matched = b2r >= 0
         r = radar[b2r.clamp(min=0)]

@@ -235,15 +235,18 @@ def _locate(pl: Polyline, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return i, (flat - pl.s0[i]) / pl.length[i].clamp(min=1e-9)
 
 
-def from_frenet(pl: Polyline, s: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Map frame x, y and lane heading at arc length s and lateral offset d (any shape)."""
+def frenet_frame(pl: Polyline, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Map frame x, y of the reference line and its heading at arc lengths s (any shape)."""
     i, t = _locate(pl, s)
     h = heading_at(pl, i, t)
     base = pl.p[i] + t[:, None] * pl.vec[i]
-    dd = d.reshape(-1)
-    x = base[:, 0] - torch.sin(h) * dd
-    y = base[:, 1] + torch.cos(h) * dd
-    return x.reshape(s.shape), y.reshape(s.shape), h.reshape(s.shape)
+    return base[:, 0].reshape(s.shape), base[:, 1].reshape(s.shape), h.reshape(s.shape)
+
+
+def from_frenet(pl: Polyline, s: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Map frame x, y and lane heading at arc length s and lateral offset d (any shape)."""
+    bx, by, h = frenet_frame(pl, s)
+    return bx - torch.sin(h) * d, by + torch.cos(h) * d, h
 
 
 def curvature(pl: Polyline, s: torch.Tensor) -> torch.Tensor:

@@ -7,22 +7,29 @@ The five ops, each tensorized (no per-point or per-object Python loops):
    three weighted least-squares passes with shrinking inlier bands) ignores cells whose lowest return
    is an object, and a last fit on each cell's mean ground-band height removes the minimum's noise
    bias. Every point gets its height above that plane.
-2. ``lidar_voxelize``: points above the ground band and below ``max_height`` are binned into voxels
-   (key sort, run starts, cumsum ids, ``index_add_`` sums) → voxel centroids and point counts.
+2. ``lidar_voxelize``: points above the ground band and below ``max_height`` (most returns are
+   ground: only these are sorted) are binned into voxels (stable key sort, run starts, cumsum ids,
+   ``index_add_`` sums) → voxel centroids and point counts, in the first ``voxel_count`` rows.
 3. ``lidar_cluster``: connected components (8-way) of the voxels' BEV occupancy grid. The occupied
    cells are listed once (``unique``) with their 8 neighbours looked up in a dense cell → index
    map; each cell starts with its own index, a 3x3 max over its neighbourhood spreads the largest
    index over the component, and pointer jumping (``label = label[label]``) makes it converge in a
    few passes. Each component's root becomes a cluster id.
 4. ``lidar_merge``: a box per cluster (below), then clusters whose centroid lies inside another's
-   box join it (components over the cluster adjacency, same propagation). A sparse 32-beam sensor
-   cuts a car seen end-on into its end face and the roof rings behind it; this puts it together.
+   completed box join it (components over the cluster adjacency, same propagation), and a lone
+   column of returns (a "speck": narrower than ``speck_size`` both ways) joins the nearest box
+   within ``speck_reach``. A spinning sensor sees a side at a grazing angle as columns over a metre
+   apart (one per firing), and cuts a car seen end-on into its end face and the rings behind it;
+   this puts it together.
 5. ``lidar_boxes``: an L-shape fit per cluster (Zhang et al. 2017, closeness criterion): for a fan
    of headings every cluster's rotated extents come from ``scatter_reduce``, each voxel scores
    1/distance to its nearest edge, and the heading with the best total wins (6° fan, then 1°). A
-   thin cluster is one face seen alone: the box is extended away from the sensor by a typical
-   vehicle depth (``car_size`` / ``truck_size``). The box stands on the ground plane; implausible
-   ones (walls, specks, poles, trees) get score 0; the best ``MAX_BOXES`` are output by score.
+   vehicle is mostly seen from one side: its end face (a face as long as a vehicle is wide, seen
+   across, with at most part of the side behind it) is completed to a vehicle's length away from
+   the sensor, a side to a vehicle's width, and a side seen lengthwise to at least a vehicle's
+   length (``car_size`` / ``truck_size`` by height; the edge nearest the sensor stays). Cyclists,
+   poles and trees are not completed. The box stands on the ground plane; implausible ones (walls,
+   specks, poles, trees) get score 0; the best ``MAX_BOXES`` are output by score.
 
 Frames: points come in the sensor frame, as the driver publishes them (rows with NaN coordinates,
 the no-returns of an organized cloud, are ignored); ``mount`` (x, y, z, yaw of the sensor in
@@ -70,13 +77,17 @@ class LidarParams:
     tall_height: float = 2.3       # taller than this and ...
     tall_min_length: float = 2.0   # ... shorter than this: a pole or a tree
     half_score_points: float = 15.0  # a cluster with this many points scores 0.5
-    thin_width: float = 0.4        # thinner clusters are one face of an object
-    end_face: tuple[float, float] = (1.2, 2.8)   # face lengths taken for a vehicle's end
+    min_face: float = 1.2          # shorter faces are no vehicle's end (pedestrians, poles)
+    face_slack: float = 0.35       # an end face is at most the vehicle's width plus this; longer is a side
+    lengthwise_cos: float = 0.5    # a side seen within 60° of its axis may hide its far end
+    face_on_cos: float = 0.7       # an end face is seen more than 45° off its own axis
     rider_height: tuple[float, float] = (1.6, 2.3)  # ... unless as tall as a cyclist
     car_size: tuple[float, float] = (4.5, 1.9)   # length, width completed behind a lone face
     truck_size: tuple[float, float] = (10.0, 2.5)
     truck_min_height: float = 2.5
     merge_margin: float = 0.3
+    speck_size: float = 0.15       # narrower in x and y: one firing column, a fragment
+    speck_reach: float = 1.2       # a fragment joins the nearest box this close to its centroid
     max_voxels: int = MAX_VOXELS
     max_clusters: int = MAX_CLUSTERS
     mount: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # sensor x, y, z, yaw in base_link
@@ -91,18 +102,20 @@ def _ground_op(p: LidarParams, dev: torch.device, pts: TensorSpec) -> Op:
     height_spec = TensorSpec("height", (f"N<={schema.MAX_POINTS}",), "float32", str(dev))
     cells_spec = TensorSpec("ground_cells", (g * g + 1, 3), "float32", str(dev))  # min z, sum z, count
 
+    prior_row = torch.tensor([0.0, 0.0, 1.0], device=dev) * ridge[2, 2]
+
     def solve(z: torch.Tensor, w: torch.Tensor, prior: torch.Tensor) -> torch.Tensor:
         aw = design * w[:, None]
-        rhs = aw.T @ z + ridge[2, 2] * torch.stack([prior * 0, prior * 0, prior])
+        rhs = aw.T @ z + prior_row * prior
         return torch.linalg.solve_ex(aw.T @ design + ridge, rhs)[0]  # solve_ex: no error sync on CUDA
 
     def ground(points: torch.Tensor, plane: torch.Tensor, height: torch.Tensor, cells: torch.Tensor) -> None:
         n = points.shape[0]
         x, y, z = points[:, 0], points[:, 1], points[:, 2]
-        ix = torch.floor((x + p.range_m) / p.ground_cell).long()
-        iy = torch.floor((y + p.range_m) / p.ground_cell).long()
-        inside = (ix >= 0) & (ix < g) & (iy >= 0) & (iy < g) & torch.isfinite(z)
-        idx = torch.where(inside, ix * g + iy, g * g)
+        # Cell coordinates: inside the window they are >= 0, where truncation is the floor.
+        fx, fy = (x + p.range_m) / p.ground_cell, (y + p.range_m) / p.ground_cell
+        inside = (fx >= 0) & (fx < g) & (fy >= 0) & (fy < g) & torch.isfinite(z)
+        idx = torch.where(inside, fx.long() * g + fy.long(), g * g)
         cells[:, 0].fill_(math.inf)
         cells[:, 1:].zero_()
         zmin = cells[:, 0].scatter_reduce_(0, idx, torch.where(inside, z, math.inf), "amin")[: g * g]
@@ -114,8 +127,7 @@ def _ground_op(p: LidarParams, dev: torch.device, pts: TensorSpec) -> Op:
         for band in (1.0, 0.5, 0.25):
             params = solve(zmin, (have & ((zmin - design @ params).abs() < band)).float(), c0)
         # The minimum is biased low by range noise: refit on the mean of each cell's ground band.
-        resid = z - (x * params[0] + y * params[1] + params[2])
-        near = (resid.abs() < p.ground_band).float()
+        near = ((z - (x * params[0] + y * params[1] + params[2])).abs() < p.ground_band).float()
         cells[:, 1].index_add_(0, idx, z * near)
         cells[:, 2].index_add_(0, idx, near)
         cnt = cells[: g * g, 2]
@@ -131,7 +143,6 @@ def _ground_op(p: LidarParams, dev: torch.device, pts: TensorSpec) -> Op:
 def _voxelize_op(p: LidarParams, dev: torch.device, pts: TensorSpec, height: TensorSpec) -> Op:
     nxy = math.ceil(2 * p.range_m / p.voxel)
     nz = math.ceil(p.max_height / p.voxel) + 1
-    sentinel = nxy * nxy * nz
     mv = p.max_voxels
     voxels_spec = TensorSpec("voxels", (mv, 4), "float32", str(dev))
     count_spec = on_device(schema.count("voxel_count"), str(dev))
@@ -143,25 +154,31 @@ def _voxelize_op(p: LidarParams, dev: torch.device, pts: TensorSpec, height: Ten
                  acc: torch.Tensor, keys_ws: torch.Tensor, order_ws: torch.Tensor) -> None:
         n = points.shape[0]
         h = height[:n]
-        ix = torch.floor((points[:, 0] + p.range_m) / p.voxel).long()
-        iy = torch.floor((points[:, 1] + p.range_m) / p.voxel).long()
-        iz = torch.floor(h / p.voxel).long()
-        keep = (h > p.ground_band) & (h < p.max_height) & (ix >= 0) & (ix < nxy) & (iy >= 0) & (iy < nxy)
-        key = torch.where(keep, (ix * nxy + iy) * nz + iz, sentinel)
-        skey, order = keys_ws[:n], order_ws[:n]
-        torch.sort(key, out=(skey, order))
+        fx = (points[:, 0] + p.range_m) / p.voxel
+        fy = (points[:, 1] + p.range_m) / p.voxel
+        keep = (h > p.ground_band) & (h < p.max_height) & (fx >= 0) & (fx < nxy) & (fy >= 0) & (fy < nxy)
+        # Most returns are ground: sort the kept ones only (host sync; lidar_cluster syncs anyway).
+        # A stable sort keeps each voxel's points in cloud order, so the sums add up the same way.
+        sel = keep.nonzero().squeeze(1)
+        k = sel.shape[0]
+        key = (fx[sel].long() * nxy + fy[sel].long()) * nz + (h[sel] / p.voxel).long()
+        skey, order = keys_ws[:k], order_ws[:k]
+        torch.sort(key, stable=True, out=(skey, order))
         first = torch.ones_like(skey, dtype=torch.bool)
         torch.ne(skey[1:], skey[:-1], out=first[1:])
         vid = torch.cumsum(first, 0) - 1
-        nvox = (first & (skey < sentinel)).sum()
-        vid = torch.where((skey < sentinel) & (vid < mv), vid, mv)
-        acc.zero_()
-        src = points[order]
+        nvox = int(vid[-1]) + 1 if k else 0
+        m = min(nvox, mv)
+        vid.clamp_(max=mv)                               # beyond capacity: the overflow dump row
+        acc[:m].zero_()
+        acc[mv].zero_()
+        src = points[sel[order]]
         src[:, 3] = 1.0                                  # column 3 counts points
         acc.index_add_(0, vid, src)
-        torch.div(acc[:mv, :3], acc[:mv, 3:].clamp(min=1.0), out=voxels[:, :3])
-        voxels[:, 3].copy_(acc[:mv, 3])
-        voxel_count.copy_(nvox.clamp(max=mv).view(1))
+        # Rows past the count are left as they are: every reader slices voxels[:voxel_count].
+        torch.div(acc[:m, :3], acc[:m, 3:].clamp(min=1.0), out=voxels[:m, :3])
+        voxels[:m, 3].copy_(acc[:m, 3])
+        voxel_count.fill_(m)
 
     return Op("lidar_voxelize", voxelize, (pts, height), (voxels_spec, count_spec),
               workspace=(acc_spec, keys_spec, order_spec), cost_us=6000, deterministic=dev.type == "cpu")
@@ -254,25 +271,44 @@ def _fit(p: LidarParams, theta: torch.Tensor, fine: torch.Tensor, voxels: torch.
     cx, cy = mx + uc * c - vc * s, my + uc * s + vc * c
     ground = plane[0] * cx + plane[1] * cy + plane[2]
     h = seg(lab, z, "amax", -math.inf) - ground
-    # One face seen alone (a thin cluster): the object extends away from the sensor, by a typical
-    # depth: a vehicle's length behind an end, its width behind a side. Cyclist-sized faces stay.
+    # A vehicle is seen from one side only: its end face, or its side, with at most a part of the
+    # face around the corner (at grazing angles the beams are over a metre apart along a side). The
+    # hidden part extends away from the sensor by a typical size: a vehicle's length behind an end
+    # face, its width behind a side; the edge nearest the sensor stays. Cyclist-sized faces stay.
     nx, ny = -torch.sin(yaw), torch.cos(yaw)
     away = torch.where(nx * cx + ny * cy < 0, -1.0, 1.0)
-    thin = width < p.thin_width
     big = h > p.truck_min_height
+    veh_l = torch.where(big, p.truck_size[0], p.car_size[0])
+    veh_w = torch.where(big, p.truck_size[1], p.car_size[1])
     rider = (h >= p.rider_height[0]) & (h <= p.rider_height[1])
-    end = thin & (length >= p.end_face[0]) & (length <= p.end_face[1]) & ~rider
-    side = thin & (length > p.end_face[1])
-    depth = torch.where(end, torch.where(big, p.truck_size[0], p.car_size[0]),
-                        torch.where(big, p.truck_size[1], p.car_size[1]))
+    pole = (h > p.tall_height) & (length < p.tall_min_length)   # poles and trees: nothing to complete
+    # How far the sensor looks along the long axis: an end face is seen across it (a cyclist or a
+    # low wall seen lengthwise is no vehicle's end); a side seen lengthwise may hide its far end.
+    ux, uy = torch.cos(yaw), torch.sin(yaw)
+    along = (ux * cx + uy * cy) / torch.hypot(cx, cy).clamp(min=1e-3)
+    end = (length >= p.min_face) & (length <= veh_w + p.face_slack) & (width < veh_w) & ~rider & ~pole \
+        & (along.abs() < p.face_on_cos)
+    side = (length > veh_w + p.face_slack) & (width < veh_w) & ~pole
+    depth = torch.where(end, veh_l, veh_w)
     shift = torch.where(end | side, (depth - width) / 2, 0.0) * away
     cx, cy = cx + shift * nx, cy + shift * ny
+    # Seen lengthwise, the far end of a side is hidden or too sparse to cluster: a side shorter than
+    # a vehicle extends away from the sensor to one.
+    grow = (length > veh_w + p.face_slack) & ~pole & (length < veh_l) & (along.abs() > p.lengthwise_cos)
+    ext = torch.where(grow, (veh_l - length) / 2, 0.0) * torch.sign(along)
+    cx, cy = cx + ext * ux, cy + ext * uy
+    length = torch.where(grow, veh_l, length)
     new_len = torch.where(end, depth, length)
     width = torch.where(end, length, torch.where(side, depth, width))
     yaw = torch.where(end, yaw + math.pi / 2, yaw)
     f.update(mx=mx, my=my, cx=cx, cy=cy, length=new_len, width=width, h=h, ground=ground,
              yaw=torch.remainder(yaw + math.pi / 2, math.pi) - math.pi / 2)
     return f
+
+
+def _speck(p: LidarParams, f: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Clusters too narrow in both ground axes to be a road user on their own (one firing column)."""
+    return (f["length"] < p.speck_size) & (f["width"] < p.speck_size)
 
 
 def _merge_op(p: LidarParams, dev: torch.device, theta: torch.Tensor, fine: torch.Tensor, voxels: TensorSpec,
@@ -290,11 +326,23 @@ def _merge_op(p: LidarParams, dev: torch.device, theta: torch.Tensor, fine: torc
         # inside another's completed box joins it.
         c, s = torch.cos(f["yaw"]), torch.sin(f["yaw"])
         dx, dy = f["mx"][None, :] - f["cx"][:, None], f["my"][None, :] - f["cy"][:, None]
-        inside = ((dx * c[:, None] + dy * s[:, None]).abs() <= f["length"][:, None] / 2 + p.merge_margin) & \
-                 ((dy * c[:, None] - dx * s[:, None]).abs() <= f["width"][:, None] / 2 + p.merge_margin)
+        out_u = (dx * c[:, None] + dy * s[:, None]).abs() - f["length"][:, None] / 2   # (box, centroid)
+        out_v = (dy * c[:, None] - dx * s[:, None]).abs() - f["width"][:, None] / 2
+        inside = (out_u <= p.merge_margin) & (out_v <= p.merge_margin)
         inside &= (f["length"] <= p.max_length)[:, None]  # a wall must not swallow the car parked by it
         inside[-1, :] = False
         inside[:, -1] = False
+        # A single column of returns (one firing, several rings) is a piece of a surface seen at a
+        # grazing angle, the beams over a metre apart along it: it joins the nearest box within
+        # reach, not every one (it must not bridge two objects). Left alone it is dropped (lidar_boxes).
+        speck = _speck(p, f)
+        speck[-1] = False                                 # the unlabelled voxels stay unlabelled
+        gap = torch.hypot(out_u.clamp(min=0.0), out_v.clamp(min=0.0))
+        gap = torch.where(speck[:, None] | (f["length"] > p.max_length)[:, None], math.inf, gap)
+        gap[-1, :] = math.inf
+        near_gap, near_box = gap.min(0)
+        join = speck & (near_gap <= p.speck_reach)
+        inside[near_box[join], torch.nonzero(join).squeeze(1)] = True
         inside |= inside.T.clone()
         ids = torch.arange(n, device=dev)
         root = ids
@@ -327,7 +375,8 @@ def _boxes_op(p: LidarParams, dev: torch.device, theta: torch.Tensor, fine: torc
         length, width, h = f["length"], f["width"], f["h"]
         plausible = ((f["nvox"] >= p.min_voxels) & (length <= p.max_length) & (width <= p.max_width)
                      & (h >= p.min_height) & (h <= p.max_object_height)
-                     & ((h <= p.tall_height) | (length >= p.tall_min_length)))  # poles and trees are no road users
+                     & ((h <= p.tall_height) | (length >= p.tall_min_length))  # poles and trees are no road users
+                     & ~_speck(p, f))
         plausible[-1] = False
         score = torch.where(plausible, f["npt"] / (f["npt"] + p.half_score_points), 0.0)
         # Sensor frame → base_link (the mount is a yaw and a translation).

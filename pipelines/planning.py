@@ -5,7 +5,8 @@ the ego pose is projected onto it as (s0, d0) with velocities ``s' = v cos(dpsi)
 ``d' = v sin(dpsi)``; the initial acceleration a0 is the previous plan's where the ego now is
 (``last_trajectory``, fed back like the tracker's state), so consecutive plans chain. Candidates
 are the grid lateral target x target speed x manoeuvre time (default 7 x 6 x 3 = 126), built and
-scored at once:
+scored at once (each lateral profile once per offset and time, each speed profile and its lane frame
+once per speed and time, then gathered per candidate):
 
 * lateral: quintic ``d(t)`` from (d0, d'0, 0) to (d1, 0, 0) at T; longitudinal: quartic ``s(t)``
   from (s0, s'0, a0) to speed v1 with zero acceleration at T (velocity keeping); both held
@@ -45,8 +46,8 @@ import torch
 
 from rt_runtime import Graph, Op, TensorSpec
 from pipelines import schema
-from pipelines.geometry import (RoadLayout, curvature, from_frenet, on_device, poly_eval, polyline, quartic, quintic,
-                                to_frenet, valid_mask)
+from pipelines.geometry import (RoadLayout, curvature, frenet_frame, from_frenet, on_device, poly_eval, polyline,
+                                quartic, quintic, to_frenet, valid_mask)
 
 O = {c: i for i, c in enumerate(schema.ODOM_COLS)}
 TR = {c: i for i, c in enumerate(schema.TRACK_COLS)}
@@ -152,8 +153,17 @@ def _candidates_op(p: PlannerParams, device: str) -> Op:
                torch.linspace(lo - 0.3 * road.lane_width, lo + 0.3 * road.lane_width, p.n_offsets, device=dev))
     d_lo, d_hi = lo - road.lane_width / 2 + p.ego_width / 2, hi + road.lane_width / 2 - p.ego_width / 2
     speeds = torch.tensor(p.speed_fractions, device=dev) * p.target_speed
-    g = torch.meshgrid(offsets, speeds, torch.tensor(p.horizons, device=dev), indexing="ij")
+    horizons = torch.tensor(p.horizons, device=dev)
+    g = torch.meshgrid(offsets, speeds, horizons, indexing="ij")
     d1, v1, tm = (x.reshape(-1) for x in g)
+    # The lateral profile depends on (offset, horizon) only, the longitudinal on (speed, horizon):
+    # each is computed once per distinct pair (21 and 18 of them, not 126) and gathered per
+    # candidate; every value is the one computed per candidate before, row for row.
+    lat_d1, lat_tm = (x.reshape(-1) for x in torch.meshgrid(offsets, horizons, indexing="ij"))
+    lon_v1, lon_tm = (x.reshape(-1) for x in torch.meshgrid(speeds, horizons, indexing="ij"))
+    nh, ns = len(p.horizons), len(p.speed_fractions)
+    ci = torch.arange(p.n_candidates, device=dev)
+    lat_of, lon_of = (ci // (ns * nh)) * nh + ci % nh, ((ci // nh) % ns) * nh + ci % nh
     t = torch.arange(N, dtype=torch.float32, device=dev) * schema.DT_S
     frac = torch.arange(1, p.tail_steps + 1, dtype=torch.float32, device=dev) / p.tail_steps
     c = p.n_candidates
@@ -165,29 +175,36 @@ def _candidates_op(p: PlannerParams, device: str) -> Op:
     def build(odom: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor, last: torch.Tensor,
               cand: torch.Tensor, cost: torch.Tensor) -> None:
         pl, s0, d0, vs0, vd0, _ = _ego_frenet(odom, route, route_count)
-        z = torch.zeros_like(d1)
-        d, dd, ddd, dddd = poly_eval(quintic(d0 + z, vd0 + z, z, d1, z, z, tm), t, tm)
+        zl, zs = torch.zeros_like(lat_d1), torch.zeros_like(lon_v1)
+        d, dd, ddd, dddd = poly_eval(quintic(d0 + zl, vd0 + zl, zl, lat_d1, zl, zl, lat_tm), t, lat_tm)
         a0 = initial_accel(last, odom, p)
-        s, ds, dds, ddds = poly_eval(quartic(s0 + z, vs0 + z, a0 + z, v1, z, tm), t, tm)
+        s, ds, dds, ddds = poly_eval(quartic(s0 + zs, vs0 + zs, a0 + zs, lon_v1, zs, lon_tm), t, lon_tm)
         excess = torch.maximum(d - d_hi, d_lo - d).clamp(min=0.0)
-        ok = ((dds >= -p.max_decel) & (dds <= p.max_accel) & (ds >= -0.1) & (ddd.abs() <= p.max_lat_accel)
-              & (ddds.abs() <= p.max_jerk) & (dddd.abs() <= p.max_jerk)
-              & (dd.abs() <= 0.6 * ds.clamp(min=0.0) + 0.3) & (excess <= excess[:, :1] + 1e-3)).all(dim=1)
+        lat_ok = ((ddd.abs() <= p.max_lat_accel) & (dddd.abs() <= p.max_jerk)
+                  & (excess <= excess[:, :1] + 1e-3)).all(dim=1)
+        lon_ok = ((dds >= -p.max_decel) & (dds <= p.max_accel) & (ds >= -0.1) & (ddds.abs() <= p.max_jerk)).all(dim=1)
+        dd_c, ds_c = dd[lat_of], ds[lon_of]
+        ok = lat_ok[lat_of] & lon_ok[lon_of] & (dd_c.abs() <= 0.6 * ds_c.clamp(min=0.0) + 0.3).all(dim=1)
         lane_err = (d1[:, None] - allowed[None, :]).abs().min(dim=1).values
         own = allowed[(d0 - allowed).abs().argmin()]
-        j = p.w_jerk * (ddds ** 2 + dddd ** 2).mean(dim=1) + p.w_lane * lane_err ** 2 \
+        j = p.w_jerk * (ddds[lon_of] ** 2 + dddd[lat_of] ** 2).mean(dim=1) + p.w_lane * lane_err ** 2 \
             + p.w_change * (d1 - own).abs() / road.lane_width
         cost.copy_(torch.where(ok, j, math.inf))
         # Braking tail after the horizon: straight on along the lane at the final offset.
         v_end = ds[:, -1].clamp(min=0.0)
         s_tail = s[:, -1:] + frac[None, :] * (v_end ** 2 / (2 * p.tail_decel))[:, None]
-        ss, dl = torch.cat((s, s_tail), 1), torch.cat((d, d[:, -1:].expand_as(s_tail)), 1)
-        x, y, h = from_frenet(pl, ss, dl)
+        ss, dl = torch.cat((s, s_tail), 1), torch.cat((d, d[:, -1:].expand(-1, p.tail_steps)), 1)
+        # The lane frame along each speed profile, then offset sideways per candidate.
+        bx, by, h = frenet_frame(pl, ss)
+        sin_h, cos_h = torch.sin(h)[lon_of], torch.cos(h)[lon_of]
+        dl_c = dl[lat_of]
+        x, y, h = bx[lon_of] - sin_h * dl_c, by[lon_of] + cos_h * dl_c, h[lon_of]
         # Speed along the driven curve: the reference's rate scaled by 1 - kappa d, plus the lateral rate.
-        ds_lane = ds * (1.0 - curvature(pl, s) * d)
-        yaw = h[:, :N] + torch.atan2(dd, ds_lane.clamp(min=0.01))
-        speed = torch.hypot(ds_lane, dd)
-        cand.copy_(torch.stack((x, y, torch.cat((yaw, h[:, N:]), 1), torch.cat((speed, 0 * s_tail), 1), ss, dl), -1))
+        ds_lane = ds_c * (1.0 - curvature(pl, s)[lon_of] * d[lat_of])
+        yaw = h[:, :N] + torch.atan2(dd_c, ds_lane.clamp(min=0.01))
+        speed = torch.hypot(ds_lane, dd_c)
+        torch.stack((x, y, torch.cat((yaw, h[:, N:]), 1), torch.cat((speed, speed.new_zeros(c, p.tail_steps)), 1),
+                     ss[lon_of], dl_c), -1, out=cand)
 
     return Op("frenet_candidates", build, ins, outs, capturable=True, cost_us=1500.0)
 

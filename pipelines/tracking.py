@@ -20,9 +20,12 @@ Ops (batched over all track slots and detections; counts are masks, never host r
    ``q [[dt^3/3 I, dt^2/2 I], [dt^2/2 I, dt I]]``.
 3. ``associate``: Mahalanobis distance on position, ``y^T (P_pp + R_p)^-1 y``, gated by a chi^2
    bound (2 dof) and a Euclidean cap; optimal assignment (Hungarian, scipy on the host) on the
-   CPU, tensorized greedy-by-cost (mutual nearest rounds, capturable) on CUDA.
+   CPU, tensorized greedy-by-cost (mutual nearest rounds, capturable) on CUDA. Radar-only
+   detections standing still over ground (``still_radar_only``: trees, poles, signs as often as
+   parked cars, which LiDAR sees) take no part, neither here nor in births.
 4. ``kf_update``: Kalman update ``K = P S^-1``, Joseph form ``(I-KH)P(I-KH)^T + K R K^T``, for the
-   matched tracks; hits, misses, age, score, size, class; deletion of confirmed tracks after
+   matched tracks (a Doppler outside the velocity gate ``doppler_gate_chi2`` counts as unobserved);
+   hits, misses, age, score, size, class; deletion of confirmed tracks after
    ``max_misses`` consecutive misses and of tentative ones after ``tentative_max_misses``;
    birth of a tentative track (new id) from each unmatched detection above ``birth_score``;
    confirmation at ``confirm_hits`` hits. Rows are compacted confirmed first, then tentative,
@@ -61,8 +64,10 @@ class TrackerParams:
     doppler_std: float = 0.5
     init_vel_std: float = 8.0
     gate_chi2: float = 13.8           # 2 dof, 99.9 %
+    doppler_gate_chi2: float = 10.8   # 1 dof, 99.9 %: a Doppler further off the prediction is ignored
     gate_m: float = 5.0
     birth_score: float = 0.3
+    radar_still_speed: float = 1.0   # m/s over ground: slower radar-only detections are ignored
     max_dt: float = 1.0
     radar_xy: tuple[float, float] = (0.0, 0.0)
     assignment: str = "auto"          # "hungarian" | "greedy" | "auto" (Hungarian on CPU)
@@ -100,6 +105,17 @@ def tracker_feedback(outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor
 def _rot(yaw: torch.Tensor) -> torch.Tensor:
     c, s = torch.cos(yaw), torch.sin(yaw)
     return torch.stack((torch.stack((c, -s), -1), torch.stack((s, c), -1)), -2)
+
+
+def still_radar_only(det_z: torch.Tensor, det_attr: torch.Tensor, p: TrackerParams) -> torch.Tensor:
+    """Radar-only detections standing still over ground: ignored by association and birth.
+
+    Such a return is as likely a tree, a pole or a sign as a parked car (which LiDAR sees): used, it
+    starts tracks on the roadside and pulls tracks that pass by (a pedestrian's under a tree) off
+    their object. ``det_z``'s velocity is the ground radial velocity along the bearing.
+    """
+    radar_only = (det_attr[:, ATTR_COLS.index("src")].long() & SRC_LIDAR) == 0
+    return radar_only & (det_z[:, 2:].norm(dim=1) < p.radar_still_speed)
 
 
 def _to_map_op(p: TrackerParams, device: str) -> Op:
@@ -171,18 +187,21 @@ def _associate_op(p: TrackerParams, device: str) -> Op:
            TensorSpec("pred_P", (schema.MAX_TRACKS, 4, 4), "float64", dev),
            TensorSpec("det_z", (schema.MAX_FUSED, 4), "float32", dev),
            TensorSpec("det_R", (schema.MAX_FUSED, 4, 4), "float32", dev),
-           st[3], _spec(schema.count("fused_count"), device))
+           st[3], _spec(schema.count("fused_count"), device),
+           TensorSpec("det_attr", (schema.MAX_FUSED, len(ATTR_COLS)), "float32", dev))
     outs = (TensorSpec("assignment", (schema.MAX_TRACKS,), "int64", dev),)
     hungarian = p.assignment == "hungarian" or (p.assignment == "auto" and dev == "cpu")
 
     def associate(pred_x: torch.Tensor, pred_P: torch.Tensor, det_z: torch.Tensor, det_R: torch.Tensor,
-                  track_count: torch.Tensor, fused_count: torch.Tensor, assignment: torch.Tensor) -> None:
+                  track_count: torch.Tensor, fused_count: torch.Tensor, det_attr: torch.Tensor,
+                  assignment: torch.Tensor) -> None:
         y = det_z[None, :, :2].double() - pred_x[:, None, :2]                          # (T, D, 2)
         s = pred_P[:, None, :2, :2] + det_R[None, :, :2, :2].double()
         a, b, c, d = s[..., 0, 0], s[..., 0, 1], s[..., 1, 0], s[..., 1, 1]
         det = (a * d - b * c).clamp(min=1e-12)
         m2 = (d * y[..., 0] ** 2 - (b + c) * y[..., 0] * y[..., 1] + a * y[..., 1] ** 2) / det
-        ok = (valid_mask(track_count, y.shape[0])[:, None] & valid_mask(fused_count, y.shape[1])[None, :]
+        usable = valid_mask(fused_count, y.shape[1]) & ~still_radar_only(det_z, det_attr, p)
+        ok = (valid_mask(track_count, y.shape[0])[:, None] & usable[None, :]
               & (m2 < p.gate_chi2) & (y.norm(dim=-1) < p.gate_m))
         cost = torch.where(ok, m2, math.inf)
         assignment.copy_(hungarian_assign(cost) if hungarian else greedy_assign(cost)[0])
@@ -214,6 +233,13 @@ def _update_op(p: TrackerParams, device: str) -> Op:
         matched = (assignment >= 0) & alive_in
         j = assignment.clamp(min=0)
         z, r, at = det_z[j].double(), det_R[j].double(), det_attr[j]
+        # A Doppler far off the track's predicted velocity belongs to something else (clutter beside
+        # the object, a neighbour's cluster): one such update would halve a truck's speed. Its
+        # velocity rows then count as unobserved; the position still updates.
+        yv = (z[:, 2:] - pred_x[:, 2:])[:, :, None]
+        m2v = (yv.transpose(1, 2) @ torch.linalg.solve_ex(pred_P[:, 2:, 2:] + r[:, 2:, 2:], yv)[0])[:, 0, 0]
+        r[:, 2:, 2:] = torch.where((m2v > p.doppler_gate_chi2)[:, None, None], _UNOBSERVED_VAR * eye4[:2, :2],
+                                   r[:, 2:, 2:])
         # Kalman update with H = I (velocity rows carry the Doppler or an unobserved variance).
         s = torch.where(matched[:, None, None], pred_P + r, eye4)
         k = torch.linalg.solve_ex(s, pred_P)[0].transpose(1, 2)           # P S^-1 (P, S symmetric)
@@ -243,7 +269,8 @@ def _update_op(p: TrackerParams, device: str) -> Op:
 
         # Births: unmatched detections, ids handed out in detection order.
         taken = (assignment[:, None] == torch.arange(nd, device=odom.device)[None, :]) & matched[:, None]
-        born = valid_mask(fused_count, nd) & ~taken.any(0) & (det_attr[:, A["score"]] >= p.birth_score)
+        born = (valid_mask(fused_count, nd) & ~taken.any(0) & (det_attr[:, A["score"]] >= p.birth_score)
+                & ~still_radar_only(det_z, det_attr, p))
         rank = torch.cumsum(born.int(), 0) - 1
         ids = (next_id_in[0] + rank).float()
         zb, rb = det_z.double(), det_R.double()

@@ -115,3 +115,18 @@ def test_camera_model_adopts_the_sim_rig_extrinsics():
     assert np.allclose(np.array(rot), sim_cam.rotation_optical.T, atol=1e-9)   # base_link -> optical
     assert np.allclose(trans, -np.array(rot) @ sim_cam.mount.translation, atol=1e-9)
     assert (cam.fx, cam.cy, cam.width) == (sim_cam.fx, sim_cam.cy, sim_cam.width)
+
+
+def test_radar_gate_follows_the_box_outline_not_a_circle():
+    """Static clutter 1.4 m beside a 12 m truck lies well inside a circle of half its diagonal: it must
+    not lend the truck its Doppler, and stays a radar object of its own; a cluster on the truck joins."""
+    truck = [[30.0, 0.0, 1.7, 12.0, 2.5, 3.4, 0.0, 0.6]]
+    beside = [34.0, 2.65, -25.0, -25.0, 0.0, 5.0, 2.0, 0.6]
+    on = [35.5, 0.4, -3.0, -3.0, 0.0, 18.0, 4.0, 0.8]
+    fused, _ = run(truck, [beside], [])
+    row = row_at(fused, 30.0, 0.0)
+    assert fused.shape[0] == 2 and row[F["has_vr"]] == 0 and int(row[F["src"]]) == SRC_LIDAR
+    assert int(row_at(fused, 34.0, 2.65)[F["src"]]) == SRC_RADAR
+    fused, _ = run(truck, [on], [])
+    row = row_at(fused, 30.0, 0.0)
+    assert fused.shape[0] == 1 and row[F["vr"]] == -3.0

@@ -111,6 +111,43 @@ def test_walls_and_specks_are_not_objects():
     assert len(boxes) == 1 and abs(boxes[0, 0] - 20.0) < 0.3
 
 
+def face_points(x, y0, y1, h, n, g, ground=GROUND_Z):
+    """Points on a vertical face across the line of sight: x fixed, y in [y0, y1], up to h."""
+    y = y0 + torch.rand(n, generator=g) * (y1 - y0)
+    z = ground + torch.rand(n, generator=g) * h
+    return torch.stack([torch.full((n,), x) + torch.randn(n, generator=g) * 0.02, y, z, torch.rand(n, generator=g)], 1)
+
+
+def column(x, y, h, g, rings=5, ground=GROUND_Z):
+    """One firing of a spinning sensor on a surface: a vertical column of returns, one per ring."""
+    z = ground + 0.2 + torch.arange(rings) * (h - 0.3) / (rings - 1)
+    return torch.stack([torch.full((rings,), x), torch.full((rings,), y), z, torch.rand(rings, generator=g)], 1)
+
+
+def test_a_car_seen_from_behind_is_boxed_where_the_car_is():
+    """End face plus the side's firing columns (over a metre apart at a grazing angle): one car-sized
+    box whose centre is the car's, not the face's, with the columns merged into it."""
+    g = torch.Generator().manual_seed(6)
+    face = face_points(20.0, -0.95, 0.95, 1.5, 600, g)
+    side = [column(x, 0.95, 1.5, g) for x in (21.3, 22.6, 23.9)]
+    boxes, _ = detect(torch.cat([ground_points(20000, g), face, *side]))
+    assert len(boxes) == 1, "the side's columns join the car instead of each being an object"
+    bx, by, _, bl, bw, _, byaw, _ = boxes[0].tolist()
+    assert abs(bx - 22.3) < 0.3 and abs(by) < 0.2, "completed away from the sensor from the visible face"
+    assert abs(bl - 4.5) < 0.3 and abs(bw - 1.9) < 0.2 and yaw_err(byaw, 0.0) < math.radians(3)
+
+
+def test_lone_columns_cyclists_seen_lengthwise_and_trees_are_not_completed_to_vehicles():
+    g = torch.Generator().manual_seed(7)
+    lone = column(15.0, -6.0, 1.4, g)                                         # one firing: a fragment
+    cyclist = box_points(12.0, -2.4, 1.8, 0.6, 1.5, 0.0, 1500, g)            # lengthwise, low rider
+    tree = box_points(25.0, 9.0, 1.2, 1.2, 4.2, 0.0, 3000, g)                # canopy under max_height
+    boxes, _ = detect(torch.cat([ground_points(20000, g), lone, cyclist, tree]))
+    assert len(boxes) == 1, "neither the lone column nor the tree is an object"
+    bx, by, _, bl, bw, _, _, _ = boxes[0].tolist()
+    assert abs(bx - 12.0) < 0.3 and abs(by + 2.4) < 0.3 and bl < 2.0 and bw < 0.8
+
+
 def test_empty_cloud_and_capacity_and_reuse():
     ex = GraphExecutor(build_lidar_graph())
     boxes, _ = detect(torch.zeros(0, 4), ex)
@@ -232,4 +269,4 @@ def test_precision_and_recall_against_simulator_ground_truth():
             misses += int((care & ~taken).sum())
     precision, recall = hits / (hits + alarms), hits / (hits + misses)
     print(f"LiDAR vs sim ground truth: precision {precision:.2f} recall {recall:.2f} ({hits} hits)")
-    assert hits >= 20 and precision >= 0.8 and recall >= 0.85
+    assert hits >= 30 and precision >= 0.95 and recall >= 0.95   # measured 1.00 / 1.00 (37 hits)

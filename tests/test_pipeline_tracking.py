@@ -197,3 +197,57 @@ def test_rows_past_the_counts_are_never_read():
     assert int(out["track_count"]) == 1
     assert torch.isfinite(out["tracks"]).all() and torch.isfinite(out["track_cov"]).all()
     assert out["tracks"][1:].abs().sum() == 0
+
+
+def radar_only(objects):
+    """Fused rows of radar-only objects (x, y, Doppler) as the fusion emits them, base_link."""
+    f = torch.zeros(schema.MAX_FUSED, len(schema.FUSED_COLS))
+    for i, (x, y, vr) in enumerate(objects):
+        f[i, [F["x"], F["y"], F["z"], F["l"], F["w"], F["h"], F["score"], F["vr"], F["has_vr"], F["src"]]] = \
+            torch.tensor([x, y, 0.75, 4.0, 1.8, 1.5, 0.6, vr, 1.0, SRC_RADAR])
+    return f, torch.tensor([len(objects)], dtype=torch.int32)
+
+
+def run_rows(trk, f, n, t, ego=(0.0, 0.0, 0.0, 0.0, 0.0)):
+    out = trk.ex.run({"fused": f, "fused_count": n, "odom": torch.tensor([*ego, t], dtype=torch.float64), **trk.state})
+    trk.state = tracker_feedback(out)
+    return {k: v.clone() for k, v in out.items()}
+
+
+def test_radar_only_returns_standing_still_start_no_track_and_pull_none_away():
+    """Seen from an ego driving at 10 m/s, a roadside return (ground speed 0) is a tree as often as a
+    parked car: no track from it, and a passing track is not dragged onto it; a moving one is tracked."""
+    v = 10.0
+    still, moving = Tracker(), Tracker()
+    for k in range(8):
+        t = k * DT
+        # Static at map (40, 6): seen from base_link at (40 - v t, 6), Doppler -(v_sensor . u).
+        x = 40.0 - v * t
+        u = torch.tensor([x, 6.0]) / math.hypot(x, 6.0)
+        a = run_rows(still, *radar_only([(x, 6.0, float(-v * u[0]))]), t, ego=(v * t, 0.0, 0.0, v, 0.0))
+        # A car ahead at 15 m/s: gains 5 m/s on the ego, radially.
+        b = run_rows(moving, *radar_only([(30.0 + 5.0 * t, 0.0, 5.0)]), t, ego=(v * t, 0.0, 0.0, v, 0.0))
+    assert int(a["track_count"]) == 0
+    assert int(b["confirmed_count"]) == 1
+    # A LiDAR track, then its object unseen while a still radar return lies 1.5 m off: it coasts.
+    trk = Tracker()
+    for k in range(6):
+        out = trk.step([(20.0, 0.0)], k * DT)
+    for k in range(6, 9):
+        out = run_rows(trk, *radar_only([(21.5, 0.5, 0.0)]), k * DT)
+    tr = confirmed(out)
+    assert tr.shape[0] == 1 and int(tr[0, T["misses"]]) == 3
+    assert abs(float(tr[0, T["y"]])) < 0.1
+
+
+def test_a_doppler_far_off_the_track_velocity_is_ignored():
+    """Ten frames at 10 m/s with its Doppler, then one return whose Doppler says -12 m/s (clutter
+    beside the object): the velocity stays; without the gate it would collapse."""
+    gated, open_gate = Tracker(), Tracker(doppler_gate_chi2=math.inf)
+    for trk in (gated, open_gate):
+        for k in range(11):
+            vr = 10.0 if k < 10 else -12.0
+            out = trk.step([(20 + 10 * k * DT, 0.0)], k * DT, vr=[vr])
+        trk.vx = float(confirmed(out)[0, T["vx"]])
+    assert abs(gated.vx - 10.0) < 0.5
+    assert open_gate.vx < 5.0

@@ -1,0 +1,163 @@
+"""The reference stack's hot ops on recorded data: each op's median time per job, LiDAR and planning.
+
+LiDAR: every sweep of the built-in scenario's bag (``rt_runtime.replay.defaults.default_bag``),
+decoded as the replay's ingress does, through ``build_lidar_graph`` with config/stack.yaml's
+mount. Planning: the confirmed tracks the stack published in a replay of the same bag (zero op
+cost), each with the odometry the planner read and the route, through the prediction graph and
+then ``build_planning_graph`` (the highway's road), its last plan fed back. Per op, the median of
+``GraphExecutor``'s own op start/end stamps over ``--passes`` passes over all jobs; one torch
+thread (what a runtime worker uses). Anchor, in the same run: a fixed torch workload (sort of 1M
+floats and a 512x512 matmul) whose time tracks this machine's speed and load while the bench ran.
+With ``--baseline DIR`` (another checkout) its LiDAR and planning graphs run too, taking turns
+with these job by job, so that a before/after shares the machine's load.
+
+Run: ``PYTHONPATH=. python bench/bench_hot_ops.py [--passes N] [--threads T] [--baseline DIR]``
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+
+from pipelines.lidar import build_lidar_graph  # noqa: E402
+from pipelines.planning import build_planning_graph  # noqa: E402
+from pipelines.prediction import build_prediction_graph, initial_prediction_state  # noqa: E402
+from pipelines.stack import initial_planner_state, road_args, road_layout  # noqa: E402
+from rt_runtime.bag import open_bag  # noqa: E402
+from rt_runtime.config.stack import load_stack  # noqa: E402
+from rt_runtime.exec import GraphExecutor  # noqa: E402
+from rt_runtime.io.ingress import INGRESS_CODECS  # noqa: E402
+from rt_runtime.replay import replay  # noqa: E402
+from rt_runtime.replay.defaults import default_bag, default_config  # noqa: E402
+from rt_runtime.sched import zero_cost  # noqa: E402
+from rt_runtime.sim import build_scenario  # noqa: E402
+
+
+def anchor_ms(repeat: int = 5) -> float:
+    """Median time of a fixed torch workload: the machine's speed while the bench ran."""
+    g = torch.Generator().manual_seed(0)
+    x, a = torch.rand(1 << 20, generator=g), torch.rand(512, 512, generator=g)
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter_ns()
+        torch.sort(x)
+        a @ a
+        out.append((time.perf_counter_ns() - t0) / 1e6)
+    return statistics.median(out)
+
+
+def op_times(exs: dict[str, GraphExecutor], feeds: list[dict[str, Any]], passes: int,
+             feedback=None) -> dict[str, dict[str, float]]:  # noqa: ANN001
+    """Median ms per op of each executor over ``passes`` passes over ``feeds`` (after a warm-up pass),
+    the executors taking turns job by job so that load on a shared machine hits them alike."""
+    names = {k: [o.name for o in ex.graph.ops] for k, ex in exs.items()}
+    samples = {k: {n: [] for n in ns} for k, ns in names.items()}
+    for p in range(passes + 1):
+        state = {k: None for k in exs}
+        for inputs in feeds:
+            for k, ex in exs.items():
+                ex.run({**inputs, **feedback(ex, state[k])} if feedback is not None else inputs)
+                if feedback is not None:
+                    state[k] = ex.outputs
+                if p:
+                    for i, n in enumerate(names[k]):
+                        samples[k][n].append((ex.op_end_ns[i] - ex.op_start_ns[i]) / 1e6)
+    return {k: {n: statistics.median(v) for n, v in ops.items()} for k, ops in samples.items()}
+
+
+def baseline_module(root: Path, name: str) -> Any:
+    """``pipelines/<name>.py`` of another checkout, loaded by file (what it imports comes from here)."""
+    spec = importlib.util.spec_from_file_location(f"baseline_{name}", root / "pipelines" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod          # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def lidar_feeds(bag: Path, topic: str) -> list[dict[str, torch.Tensor]]:
+    """Every sweep of the bag as the ingress decodes it."""
+    codec = INGRESS_CODECS["lidar_points"]
+    with open_bag(bag) as r:
+        return [{"points": torch.from_numpy(codec.decode(r.decode(m), topic))} for m in r.messages([topic])]
+
+
+def planning_feeds(bag: Path) -> list[dict[str, torch.Tensor]]:
+    """Planner inputs from a replay: published tracks, the odometry and route read, predictions."""
+    cfg = load_stack(default_config())
+    seen: dict[str, Any] = {}
+
+    def keep(bag_path, retained, start_ns, ego, **_):  # noqa: ANN001, ANN202
+        seen.update(retained=retained, ego=ego)
+        return {}
+
+    replay(bag, cfg, quality=keep, cost=zero_cost, hardware=False)
+    with open_bag(bag) as r:
+        route_msg = next(iter(r.messages(["/planning/route"])))
+        route = INGRESS_CODECS["route"].decode(r.decode(route_msg), "/planning/route")
+    route = {k: torch.from_numpy(np.asarray(v)) for k, v in route.items()}
+    ego_t = np.array([t for t, _ in seen["ego"]])
+    pred = GraphExecutor(build_prediction_graph(road=build_scenario("highway_cut_in", 7).road, accel=True))
+    state = initial_prediction_state()
+    feeds = []
+    for t, v in seen["retained"].get("markers", []):
+        odom = seen["ego"][max(0, int(np.searchsorted(ego_t, t, side="right")) - 1)][1]
+        tracks = torch.from_numpy(np.ascontiguousarray(v["tracks"]))
+        count = torch.from_numpy(np.ascontiguousarray(v["count"])).reshape(1).int()
+        common = {"tracks": tracks, "confirmed_count": count, "route": route["route"],
+                  "route_count": route["count"]}
+        out = pred.run({**common, "track_t": torch.tensor([float(odom[5])], dtype=torch.float64), **state})
+        state = {"motion_in": out["motion"].clone(), "motion_t_in": out["motion_t"].clone()}
+        feeds.append({**common, "predictions": out["predictions"].clone(),
+                      "odom": torch.from_numpy(np.asarray(odom, np.float64))})
+    return feeds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--baseline", type=Path, help="another checkout whose pipelines/lidar.py and planning.py "
+                    "run interleaved with these, for a before/after in one run")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    bag = default_bag()
+    cfg = load_stack(default_config())
+    mount = tuple(cfg.entries["lidar_objects"].get("args", {}).get("mount", (0.0, 0.0, 0.0, 0.0)))
+    road = road_layout(road_args(build_scenario("highway_cut_in", 7).road))
+    builders = {"this": (build_lidar_graph, build_planning_graph)}
+    if args.baseline:
+        base = (baseline_module(args.baseline, "lidar"), baseline_module(args.baseline, "planning"))
+        builders = {"baseline": (base[0].build_lidar_graph, base[1].build_planning_graph), **builders}
+    a0 = anchor_ms()
+    lidar = lidar_feeds(bag, "/sensing/lidar/points")
+    lid = op_times({k: GraphExecutor(b[0](mount=mount)) for k, b in builders.items()}, lidar, args.passes)
+    plans = planning_feeds(bag)
+    last = initial_planner_state()
+
+    def feedback(ex: GraphExecutor, previous: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        return {"last_trajectory": previous["trajectory"].clone()} if previous is not None else last
+
+    pln = op_times({k: GraphExecutor(b[1](road=road)) for k, b in builders.items()}, plans, args.passes, feedback)
+    a1 = anchor_ms()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); bag {bag.name}: {len(lidar)} sweeps, "
+          f"{len(plans)} plans, {args.passes} passes; medians per job")
+    print(f"anchor (sort 1M + matmul 512): {a0:.2f} ms before, {a1:.2f} ms after")
+    keys = list(builders)
+    print(f"{'graph':<9} {'op':<20}" + "".join(f"{k + ' ms':>14}" for k in keys))
+    for graph, times in (("lidar", lid), ("planning", pln)):
+        for op in times[keys[-1]]:
+            print(f"{graph:<9} {op:<20}" + "".join(f"{times[k].get(op, float('nan')):>14.3f}" for k in keys))
+        print(f"{graph:<9} {'(sum)':<20}" + "".join(f"{sum(times[k].values()):>14.3f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
