@@ -140,3 +140,27 @@ def test_peek_shows_what_read_would_return_and_consumes_nothing(policy: str) -> 
         got = ch.read(rid)
         assert got is seen
         ch.unpin(got)
+
+
+def test_adopt_keeps_the_pushed_tensor_and_falls_back_to_a_copy_where_it_must() -> None:
+    ch = Channel("/img", spec=TensorSpec("img", ("N<=64",), "float32"))
+    rid = ch.add_reader("t.img")
+    x = torch.arange(8, dtype=torch.float32)
+    ch.adopt(0, x)
+    s = ch.read(rid)
+    assert s.data.data_ptr() == x.data_ptr() and all(slot.buf is None for slot in ch.slots)   # no copy, no buffers
+    ch.unpin(s)
+    loose = Channel("/v")   # no contract: a strided tensor is accepted, and copied into a buffer of its own
+    lid = loose.add_reader("t.v")
+    loose.adopt(0, torch.zeros(16))
+    strided = torch.arange(32, dtype=torch.float32)[::2]
+    loose.adopt(1, strided)
+    s = loose.read(lid)
+    assert s.data.data_ptr() != strided.data_ptr() and torch.equal(s.data, strided) and s.data.is_contiguous()
+    for k in range(2, 12):   # adopted and copied slots come round again: each read sees its own message
+        ch.adopt(k, torch.full((k,), float(k)))
+        s = ch.read(rid)
+        assert s.data.shape == (k,) and float(s.data[0]) == k
+        ch.unpin(s)
+    with pytest.raises(ContractError, match="dtype"):
+        ch.adopt(12, torch.zeros(4, dtype=torch.float64))

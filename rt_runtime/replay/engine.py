@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import sys
 import time
 import warnings
@@ -46,6 +47,7 @@ from ..sched.budget import BudgetCost
 from ..sched.events import EventKind
 from ..trace import TraceColumns, TraceRing, save_trace
 from .feed import decoded_feed, prefetched
+from .parallel import parallel_threads
 
 DIAGNOSTICS_TOPIC = "/diagnostics"
 # Counters that depend only on logical time under LET while no timing fault occurs (overruns and
@@ -87,6 +89,7 @@ class ReplayResult:
     deterministic: bool = True
     nondeterminism: list[tuple[int, str]] = field(default_factory=list)
     hardware: dict[str, Any] | None = None   # analysis.hardware.hardware_report: this machine's timeline
+    parallel: int = 1   # threads that computed the jobs (sched.parallel); 1 also where the driver computed them
 
     @property
     def speedup(self) -> float:
@@ -131,7 +134,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            quality: Callable[..., dict[str, Any]] | None = None,
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
            speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
-           replace: bool = False, stop: Callable[[], str | None] | None = None) -> ReplayResult:
+           replace: bool = False, stop: Callable[[], str | None] | None = None,
+           parallel: int | None = None) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -144,6 +148,10 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     hardware timeline, ``ReplayResult.hardware``).
     ``speculate``: None runs the config's ``speculate:`` keys as they say (``enabled``), True turns them
     all on, False off (speculation runs in slack on the virtual clock or in worker threads).
+    ``parallel``: threads computing jobs while the virtual clock books them (``sched.parallel``; None:
+    one per core); it applies under budget timing, where the schedule is known before any op runs;
+    elsewhere (measured timing, the wall clock) the ops run where they are scheduled, with a note when
+    asked for. 0: the serial driver (ops run as they are booked, the driver before parallel commit).
     ``out`` is written into a temporary sibling and renamed on success (``replace``: over an existing
     bag); an exception removes it. ``stop`` is polled before each input message (it returns a signal
     name once one arrived): the replay then ends after the message before, the output bag is closed
@@ -187,9 +195,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                                 retain_channels=retain_channels)
     ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
     chains, notes = run_chains(cfg, bindings)
+    threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
     for note in notes:
         print(f"rt-runtime replay: note: {note}", file=sys.stderr)
     rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
+                 parallel=threads or None, adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
                  sink=ring, egress=collector.on_publish, chains=chains,
                  # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
                  threaded=False if virtual else (workers > 1 or any(b.speculate is not None for b in bindings)),
@@ -200,7 +210,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     if not virtual:   # say what "realtime" does here, before it does it
         print(f"rt-runtime replay: {rt.describe_realtime()}", file=sys.stderr)
     monitor = SafetyMonitor.from_spec(rt, cfg.safety).install() if cfg.safety is not None else None
-    torch.set_num_threads(cfg.threads)  # per worker; more threads only fight over the cores
+    # Intra-op threads per computing thread: more only fight over the cores.
+    torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
     for ts in rt.sched.tasks.values():
         for ex in ts.executors:
             if ex is not None:
@@ -251,6 +262,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     gc.collect()
     gc.freeze()  # what exists now is never collected: a full collection cannot stall a job mid-run
     wall0 = time.perf_counter()
+    cpu0 = time.thread_time()   # the driver's own CPU (booking, channels, encoding), beside the computing threads'
     if not virtual:
         clock.reset_epoch()
     try:
@@ -294,6 +306,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             writer.close(partial=f"interrupted by {interrupted} after {duration_ns / 1e9:.3f} s of "
                          f"{bag_ns / 1e9:.3f} s" if interrupted else None)
     wall = time.perf_counter() - wall0
+    driver_cpu = time.thread_time() - cpu0
     if progress:
         print(file=sys.stderr)
     parts.append(ring.drain())
@@ -320,11 +333,17 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                           out_bag=str(out) if out is not None else None,
                           trace=str(trace) if trace is not None else None, timing=timing,
                           deterministic=rt.deterministic, nondeterminism=rt.nondeterminism,
-                          hardware=hardware_report(cols, meta) if hardware else None)
+                          hardware=hardware_report(cols, meta) if hardware else None,
+                          parallel=max(1, rt.sched.par.threads if rt.sched.par is not None else 1))
     if monitor is not None:
         result.extra["safety"] = {**monitor.status(), "history": [
             {"t_s": tr.t_ns / 1e9, "from": STATES[tr.before], "to": STATES[tr.after], "reason": tr.reason}
             for tr in monitor.machine.transitions]}
+    result.extra["driver_cpu_s"] = driver_cpu
+    if rt.sched.par is not None:   # the driver's own work is its CPU less what it computed itself
+        ps = rt.sched.par.stats()
+        result.extra.update(compute_cpu_s=ps["compute_ns"] / 1e9, driver_waited_s=ps["waited_ns"] / 1e9,
+                            runtime_cpu_s=driver_cpu - ps["driver_compute_ns"] / 1e9)
     if retain_channels:
         result.extra["channels"] = collector.channels
     if interrupted:

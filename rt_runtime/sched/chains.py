@@ -109,6 +109,11 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
     for gin, ch, rid, j, oi in ts.chain_in:
         src = run.jobs[j]
         slot = src.outs[oi] if src is not None and src.state != ABORTED and src.outs else None
+        if slot is not None and src.comp is not None and not src.comp.settled:
+            # Parallel commit: whether the producer's computation succeeds is known only once it ran; the
+            # member reads its output then, or the channel's value pinned now if it failed (sched.parallel).
+            s.par.hand_over(nxt, gin, ch, rid, src, oi, t)
+            continue
         handed = slot is not None and slot.index >= 0 and slot.data is not None
         if handed:
             slot.refs += 1   # the slot stays this instance's until the reader lets go

@@ -140,24 +140,27 @@ class Channel:
             return torch.empty(numel, dtype=self._dtype, device=self._device)
         return np.empty(numel, dtype=self._dtype)
 
-    def _grow_slots(self, n: int) -> None:
+    def _grow_slots(self, n: int, bufs: bool = True) -> None:
         for _ in range(max(0, n)):
             s = Slot(len(self.slots))
-            s.buf = self._alloc(self._cap_numel)
+            s.buf = self._alloc(self._cap_numel) if bufs else None
             self.slots.append(s)
             self._free.append(s)
 
-    def _first_alloc(self, data: Any) -> None:
+    def _first_alloc(self, data: Any, bufs: bool = True) -> None:
         self._lib = "numpy" if isinstance(data, np.ndarray) else "torch"
         self._dtype, self._device = data.dtype, getattr(data, "device", None)
         self._cap_numel = max(_numel(data), math.prod(self.spec.max_shape) if self.spec is not None else 0)
-        self._grow_slots(self._capacity)
+        # A channel whose first message is adopted gets its buffers only if a copy ever needs one.
+        self._grow_slots(self._capacity, bufs)
 
     def _regrow(self, numel: int) -> None:
         """A message larger than the slots (no spec bound it): enlarge every slot, keeping contents."""
         self.grows += 1
         self._cap_numel = numel
         for s in self.slots:
+            if s.buf is None:
+                continue
             old, s.buf = s.buf, self._alloc(numel)
             if s.shape is not None:
                 n = math.prod(s.shape)
@@ -209,6 +212,8 @@ class Channel:
         numel = _numel(data)
         if numel > self._cap_numel:
             self._regrow(numel)
+        if slot.buf is None:
+            slot.buf = self._alloc(self._cap_numel)
         shape = tuple(data.shape)
         if shape != slot.shape:
             slot.shape = shape
@@ -255,6 +260,25 @@ class Channel:
     def write(self, t_ns: int, data: Any) -> int:
         """Reserve, copy and commit in one call (ingress); returns the seq."""
         return self.commit(self.fill(self.reserve(), data), t_ns)
+
+    def adopt(self, t_ns: int, data: Any) -> int:
+        """Commit ``data`` itself, without a copy (ingress whose caller hands the data over and never
+        writes it again); returns the seq. A message of another library, dtype or device than the
+        channel's, or not contiguous, is copied as ``write`` does (which rejects a dtype change)."""
+        if self.check:
+            self.spec.check(data, op="<channel>", graph=self.name)  # type: ignore[union-attr]
+        if not self.slots:
+            self._first_alloc(data, bufs=False)
+        if isinstance(data, np.ndarray):
+            fits = self._lib == "numpy" and data.flags.c_contiguous
+        else:
+            fits = self._lib == "torch" and data.device == self._device and data.is_contiguous()
+        if not fits or data.dtype != self._dtype:
+            return self.write(t_ns, data)
+        slot = self.reserve()
+        slot.shape = None   # its data is not a view of its own buffer: a later fill makes a new view
+        slot.data = data
+        return self.commit(slot, t_ns)
 
     def _unref(self, s: Slot) -> None:
         s.refs -= 1

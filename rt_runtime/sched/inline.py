@@ -35,6 +35,9 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
     process = s.process
     specs = getattr(s, "speculators", ()) if virtual else ()
     hw = virtual and s.hw and s.tr   # on the wall clock: worker threads (threads.py)
+    par = s.par   # parallel commit: deferred jobs are booked here and computed on a pool (parallel.py)
+    if par is not None:
+        par.hw = hw
     while True:
         if s.inbox:
             s.drain_inbox()
@@ -52,7 +55,10 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
         now = now_fn()
         lim = now if now < t_end else t_end
         while tl and tl[0][0] <= lim and tl[0][0] < t_op:   # events due before the next op completion
-            process(pop(tl))
+            e = pop(tl)
+            if par is not None and e[1] == 0:
+                par.at_deadline(e[4], e[0])   # a LET publish reads the job's result: settle it first
+            process(e)
         if t_op <= lim:   # then op completions (before events at the same instant: on time is on time)
             for w in workers:
                 if w.budget_at == t_op:   # the budget runs out mid-op: the watchdog sees it now
@@ -62,7 +68,12 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                 if w.pending is not None and w.busy_until == t_op:
                     job, idx, t0, done, err = w.pending
                     w.pending = None
-                    complete_op(s, w, job, idx, t0, t_op, done, err)
+                    if job.comp is not None:   # deferred: its outputs are filled by its computation
+                        if done:
+                            err = par.at_finish(job, t_op)
+                        complete_op(s, w, job, idx, t0, t_op, done, err, True)
+                    else:
+                        complete_op(s, w, job, idx, t0, t_op, done, err)
             continue
         if now <= t_end:
             started = False
@@ -73,12 +84,15 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                 if job is None:
                     continue
                 started = True
+                if par is not None and job.comp is None and job.ts.deferred:
+                    par.start(job)   # its ops are booked here without running; a pool thread computes it
                 if virtual:
                     m0 = mono()
                     first = job.ops_done
                     idx, done, err = run_op(job)
                     m = mono() - m0
-                    if hw:   # the hardware timeline: what this step took here, beside its logical cost
+                    if hw and job.comp is None:   # the hardware timeline: what this step took here (deferred
+                        # jobs' steps are traced where they are settled)
                         s.sink.emit(_MEASURED, now, job.ts.name, job.index, idx, m)
                     if measured:
                         dt = m

@@ -62,6 +62,7 @@ class TaskState:
         self.join: Any = binding.join        # released by several channels (sched.binding.Join)
         self.join_readers: list[tuple["Channel", int]] = []   # its input readers on the join's channels
         self.defaults: dict[str, Any] = {}   # optional input -> what a job reads before its first message
+        self.deferred = False                # computed on the parallel pool, booked without running (sched.parallel)
 
     def stats(self) -> dict[str, Any]:
         """Counters plus the current mode."""
@@ -99,6 +100,8 @@ class RunJob(Job):
     late_ok = False       # reaction "none" to a miss: publish late, at finish
     chain_run: Any = None  # the chain instance the job belongs to (sched.chains.ChainRun)
     meta_block = 0         # its rows in its task's MetaPool
+    comp: Any = None       # its computation on the parallel pool (sched.parallel.Computation)
+    handovers: Any = ()    # chain inputs its computation resolves once their producers ran (sched.parallel)
 
     def __init__(self, ts: TaskState, index: int, release_ns: int, deadline_ns: int, pkey: tuple) -> None:
         self.task = ts.task

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import threading
+import time
 import warnings
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -53,7 +54,8 @@ class Runtime:
                  sink: EventSink | None = None, egress: Egress | None = None, device: Device | None = None,
                  realtime: bool | None = None, cpus: Sequence[int] | None = None, rt_priority: int = 50,
                  max_active: int = 2, stall_after_ns: int | None = None, on_stall: StallHook | None = None,
-                 check_inputs: bool = True, capture: bool = False, chains: Sequence[Chain] = ()) -> None:
+                 check_inputs: bool = True, capture: bool = False, chains: Sequence[Chain] = (),
+                 parallel: int | None = None, adopt_ingress: bool = False) -> None:
         self.clock: Any = clock if clock is not None else VirtualClock()
         virtual = self.clock.virtual
         self.threaded = (workers > 1 and not virtual) if threaded is None else threaded
@@ -132,13 +134,16 @@ class Runtime:
             if metas:   # one block of rows per job that can be alive at once (and one being filled)
                 ts.meta = MetaPool(metas, max_active + 2)
             states.append(ts)
-        self._reserve(states, max_active)
-
         # Budget timing (a machine-independent cost model on a VirtualClock): the schedule is logical.
         self.logical = bool(virtual and getattr(self.cost, "logical", False))
+        if parallel is not None and (not self.logical or parallel < 1):
+            raise ValueError(f"parallel={parallel}: computing jobs on a pool of threads needs a logical schedule "
+                             "(a VirtualClock and budget timing, sched.budget.BudgetCost) and at least one thread")
+        self._reserve(states, max_active, parallel is not None)
         self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
                                egress, max_active, logical=self.logical, chains=chains,
                                chain_timeouts=timeouts)
+        self.sched.adopt = adopt_ingress
         self.sched.watchdog.on_stall = on_stall
         for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
             for ex in ts.executors:
@@ -146,6 +151,10 @@ class Runtime:
                     ex.attach(self, ts)
         self.sched.workers = [Worker(i, self.cpus[i % len(self.cpus)] if self.cpus else None)
                               for i in range(workers)]
+        if parallel is not None:   # after the speculators are bound: a speculating stack computes in the driver
+            from .parallel import ParallelCommit
+
+            self.sched.par = ParallelCommit(self.sched, parallel, getattr(self.cost, "measure", time.thread_time_ns))
         if not virtual:
             self.sched.wake = threading.Event()
         if self.threaded and isinstance(self.clock, WallClock):
@@ -174,18 +183,20 @@ class Runtime:
                     out[name] = Channel(name)
         return out
 
-    def _reserve(self, states: list[TaskState], max_active: int) -> None:
+    def _reserve(self, states: list[TaskState], max_active: int, parallel: bool = False) -> None:
         """Bound each channel's live messages, so its slots are allocated once, on the first write."""
         need = {name: 2 for name in self.channels}          # the latest + one write in progress
         for ch in self.channels.values():
             if ch.policy is not ChannelPolicy.LATEST:
                 need[ch.name] += (ch.depth + 1) * max(1, len(ch.readers))   # queues + last messages
         for ts in states:
+            waiting = max(1, math.ceil(ts.deadline / ts.period))   # finished, waiting for the deadline
             for _, ch, _ in ts.readers:
-                need[ch.name] += max_active                     # snapshots pinned by active jobs
+                # snapshots pinned by active jobs; with parallel commit also by finished jobs whose
+                # computation is settled only at their deadline
+                need[ch.name] += max_active + (waiting if parallel else 0)
             if ts.trigger is not None and not ts.trigger_is_input:
                 need[ts.trigger[0].name] += 1
-            waiting = max(1, math.ceil(ts.deadline / ts.period))   # finished, waiting for the deadline
             for _, ch in ts.writers:
                 need[ch.name] += max_active + waiting
         for name, n in need.items():
@@ -230,6 +241,15 @@ class Runtime:
                     run_threaded(self, int(t_ns))
                 finally:
                     sys.setswitchinterval(switch)
+            elif self.sched.par is not None and self.sched.par.pool.threads:
+                # The driver books while the pool computes; an op holding the interpreter lock would
+                # otherwise keep it from the driver for 5 ms at a time, and the pool would run dry.
+                switch = sys.getswitchinterval()
+                sys.setswitchinterval(min(switch, 0.0005))
+                try:
+                    run_inline(self.sched, self.clock, self.cost, int(t_ns))
+                finally:
+                    sys.setswitchinterval(switch)
             else:
                 if self.realtime:
                     make_realtime(self.cpus[:1], self.rt_priority, "runtime thread")
@@ -267,6 +287,8 @@ class Runtime:
         if self._closed:
             return []
         self._closed = True
+        if self.sched.par is not None:   # every computation waited for; the steps of unsettled ones traced
+            self.sched.par.close(self.clock.now())
         return stop_threads(self) if self._started and self.threaded else []
 
     def __enter__(self) -> "Runtime":

@@ -59,6 +59,8 @@ class Scheduler:
         # reactions and finishes are then part of the logical schedule, the same on every run.
         self.logical = logical
         self.hw = False   # record each op's measured time (EventKind.MEASURED) for the hardware timeline
+        self.par: Any = None   # parallel commit (sched.parallel.ParallelCommit): jobs computed on a pool
+        self.adopt = False     # ingress keeps pushed data without a copy (Channel.adopt)
         self.nondeterminism: list[tuple[int, str]] = []
         self.errors: list[tuple[str, int, BaseException]] = []
         self._ingress_seq = 0
@@ -159,7 +161,10 @@ class Scheduler:
 
     def _ingress(self, name: str, t: int, data: Any) -> None:
         ch = self.channels[name]
-        ch.write(t, data)
+        if self.adopt:
+            ch.adopt(t, data)
+        else:
+            ch.write(t, data)
         if ch.last_commit_drops and self.tr:
             self.sink.emit(_K.DROP, t, name, ch.seq - 1, DROP_CHANNEL, ch.last_commit_drops)
         for ts in self.triggers.get(name, ()):
@@ -391,6 +396,8 @@ class Scheduler:
         if job.gen is not None:
             job.gen.close()
             job.gen = None
+        if job.comp is not None:
+            self.par.dropped(job)
         for ch, s in job.pins:
             ch.unpin(s)
         job.pins = ()

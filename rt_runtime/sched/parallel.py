@@ -1,0 +1,296 @@
+"""Parallel commit: the virtual clock decides the schedule, N threads compute it, results are committed in logical order.
+
+Under budget timing (``sched.budget``) an op occupies its virtual processor for its budget, whatever
+it computes, so the logical schedule (releases, starts, preemptions, finishes, deadlines) is known
+without running an op. The inline driver (``inline.py``) then books a *deferred* job's ops on the
+virtual clock without running them; at the job's start it hands the job's computation — bind the
+inputs it snapshotted, run its graph, copy its outputs into the slots it reserved — to N threads
+(``ComputePool``: N - 1 pool threads and the driver, which computes what it needs rather than
+sleep). A result is waited for only where something reads it, at logical
+instants, in logical order (docs/CYCLE.md, "Parallel commit"):
+
+* the job's deadline, when it has finished in the logical schedule by then: its LET publish;
+* its finish, when something reads it there: ``publish: on_finish``, a late job (published late or
+  dropped);
+* the end of the run (``close``): nothing is published then, but the hardware timeline gets its steps.
+
+A chain member hands its outputs to the next one at its finish without waiting: the next member's
+computation runs after the producer's and reads its outputs, or, if the producer's computation
+failed, the channel's value pinned at the hand-over (what the serial driver reads there, but for
+the reader's drop count; none: the member fails as without input, ``no_input``).
+
+So what each job reads and when everything becomes visible are those of the serial driver, and the
+output stream is the same for every N. What a result can change is booked at that point: an op
+that raised ends the job there (``errors``, ``ABORT``, no publish), where the serial driver ends it
+at the op that raised; the logical schedule cannot depend on it before, or it would not be known
+ahead. The hardware timeline's ``MEASURED`` steps of a job are traced there too, in logical order.
+
+Safety rules, each the reason for one piece of bookkeeping:
+
+* one computation per task at a time, in release order: a task's executors own its arenas and
+  output views (a job's computation waits for its predecessor's);
+* a computation holds a reference on each slot it reads or fills (``Slot.refs``), dropped when the
+  driver settles it: a slot is never refilled while a pending computation still reads it, whatever
+  the scheduler did meanwhile (finish, abort, cancel);
+* a worker thread fills a reserved slot only where the channel's slots are sized by a spec (no
+  reallocation can race it); else it keeps a copy and the driver fills at the settle point;
+* metadata rows (``x.meta``) are copied at the start: their pool is reused round-robin.
+
+A time-redundant job (``safety.redundancy.RedundantExecutor``) takes more steps when its copies
+disagree or its invariants fail, which the schedule cannot know ahead: under parallel commit it books
+its *nominal* steps (its copies and its check, as when all is well) and computes whatever its results
+ask for (a re-run, a vote, the fallback) within that logical time; the hardware timeline shows what
+that cost. Its ``COMPARE`` events are traced at the settle point. Other custom executors stay
+*synchronous* (computed op by op in the driver, as the serial driver does), and so does everything
+when a task speculates (its basis reads outputs computed but not yet published): then every job is
+computed in the driver thread at its start (``eager``).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any, Callable
+
+from ..exec.executor import GraphExecutor
+from .events import DROP_NO_INPUT, EventKind
+from .job import ABORTED, FINISHED, RunJob
+from .pool import Computation, ComputePool, NoInput, record_compare
+
+_K = EventKind
+log = logging.getLogger("rt_runtime.sched")
+
+
+class _Booking:
+    """What the driver reads of a deferred redundant job's executor: the steps it books (``graph.ops``)."""
+
+    __slots__ = ("graph", "ops")
+
+    def __init__(self, ops: list[Any]) -> None:
+        self.graph = self
+        self.ops = ops
+
+
+def booked_ops(ex: Any) -> list[Any] | None:
+    """The steps the logical schedule books for one job of a time-redundant executor whatever its results
+    (its nominal runs and its check step); None for an executor whose steps cannot be known ahead."""
+    spec = getattr(ex, "spec", None)
+    primary = getattr(getattr(ex, "graph", None), "primary", None)
+    if spec is None or primary is None or not hasattr(ex, "_emit"):
+        return None
+    ops = list(primary.ops) * spec.nominal_factor
+    check = getattr(ex, "check_op", None)
+    if check is not None and (spec.mode == "invariants" or spec.checks):
+        ops.append(check)
+    return ops
+
+
+class ParallelCommit:
+    """The driver's side: start deferred jobs' computations, settle them where their results are read."""
+
+    def __init__(self, s: Any, threads: int, measure: Callable[[], int] = time.thread_time_ns) -> None:
+        self.s = s
+        self.threads = max(1, threads)
+        eager = bool(s.speculators)   # speculation reads outputs not yet published: compute each job at its start
+        if eager:
+            self.threads = 1
+        self.booking: dict[int, _Booking] = {}   # id(redundant executor) -> the steps its jobs book
+        for ts in s.tasks.values():
+            ok = ts.spec is None
+            for ex in ts.executors:
+                if ex is None or type(ex) is GraphExecutor:
+                    continue
+                ops = booked_ops(ex)
+                if ops is None:
+                    ok = False
+                else:
+                    self.booking[id(ex)] = _Booking(ops)
+            ts.deferred = ok
+            if ok:
+                for ex in ts.executors:
+                    if ex is not None and id(ex) in self.booking:
+                        ex._emit = record_compare   # traced at the settle point, not from a worker thread
+        self.pool = ComputePool(self.threads, measure, eager)
+        self.last: dict[str, Computation] = {}      # task -> its latest computation
+        self.open: deque[Computation] = deque()     # started, not settled, in start order
+        self.zombies: list[Computation] = []        # of aborted jobs: their references go once they are done
+        self.hw = False                             # trace MEASURED steps (set by the driver)
+
+    # ---- the driver's hooks -----------------------------------------------------------------
+    def start(self, job: RunJob) -> None:
+        """A deferred job's first dispatch: book its ops without running them, compute it on the pool."""
+        ts = job.ts
+        ex = job.executor
+        b = self.booking.get(id(ex))
+        if b is not None:   # a redundant job books its nominal steps, whatever its copies do
+            job.executor = b
+            job.last_op = len(b.ops) - 1
+        job.gen = _phantom(job.last_op + 1)
+        inputs = job.inputs
+        if ts.meta is not None:   # the pool's rows are reused round-robin: the computation keeps its own
+            inputs = dict(inputs)
+            for name in ts.meta.names:
+                if name in inputs:
+                    inputs[name] = inputs[name].clone()
+        refs = list(job.pins)
+        refs += [(ch, slot) for (_, ch), slot in zip(ts.writers, job.outs) if slot.index >= 0]
+        for _, slot in refs:
+            slot.refs += 1
+        c = Computation(job, ex, inputs, refs)
+        after = [h[1] for h in job.handovers] if job.handovers else []
+        if job.handovers:
+            c.handovers = job.handovers
+            job.handovers = ()
+        prev = self.last.get(ts.name)
+        if prev is not None:
+            after.append(prev)
+        job.comp = c
+        self.pool.submit(c, after)
+        self.last[ts.name] = c
+        self.open.append(c)
+        if self.zombies:
+            self._reap()
+
+    def at_deadline(self, job: RunJob, t: int) -> None:
+        """Before a job's deadline entry: a job finished by then publishes now, so settle it first."""
+        c = job.comp
+        if c is None or c.settled or job.state != FINISHED:
+            return
+        err = self.settle(c, t)
+        if err is not None:
+            self.fail(job, t, err)
+
+    def at_finish(self, job: RunJob, t: int) -> BaseException | None:
+        """Before a job's last op is booked: settle it if its result is read at its finish; returns the
+        error an op raised (booked by the caller as the serial driver books one: the job ends here)."""
+        c = job.comp
+        if c.settled:
+            return None
+        if job.ts.on_finish or job.missed or job.drop:
+            return self.settle(c, t)
+        return None
+
+    def hand_over(self, nxt: RunJob, gin: str, ch: Any, rid: int, src: RunJob, oi: int, t: int) -> None:
+        """A chain member is released by ``src``'s finish at ``t``: it will read ``src``'s output ``oi`` once
+        ``src`` has computed, or, if that fails, what the channel holds now (pinned here, stale)."""
+        ts = nxt.ts
+        slot = src.outs[oi]
+        if slot.index >= 0:   # pinned until the member is done with it (a bare slot: it reads the held copy)
+            slot.refs += 1
+            nxt.pins.append((ch, slot))
+        fb = ch.peek(rid)
+        meta = None
+        if fb is not None:
+            fb.refs += 1
+            nxt.pins.append((ch, fb))
+        if ts.meta is not None and gin in ts.meta.row_of:
+            ts.meta.fill(nxt.meta_block, gin, t, -1, t, False)   # handed over: stamped now, no seq yet
+            if fb is not None:
+                import torch
+
+                r = ch.readers[rid]
+                k = ts.meta.row_of[gin]
+                meta = (ts.meta.names[k], torch.tensor([fb.t_ns, fb.seq, t - fb.t_ns, int(fb.seq <= r.last_seq)]))
+        if not nxt.handovers:
+            nxt.handovers = []
+        nxt.handovers.append((gin, src.comp, oi, fb, meta))
+        nxt.inputs[gin] = None   # resolved by its computation
+
+    def dropped(self, job: RunJob) -> None:
+        """The scheduler killed a job: its computation need not run; its references go once it is done."""
+        c = job.comp
+        if c is not None and not c.settled:
+            self.pool.cancel(c)
+            c.settled = True
+            self.zombies.append(c)
+
+    # ---- settling ---------------------------------------------------------------------------
+    def settle(self, c: Computation, t: int) -> BaseException | None:
+        """Wait for ``c``, trace its steps, fill what it could not, drop its references; its op error."""
+        self.pool.wait(c)
+        c.settled = True
+        job = c.job
+        s = self.s
+        if self.hw:
+            name, index = job.ts.name, job.index
+            for i, ns in enumerate(c.steps):
+                s.sink.emit(_K.MEASURED, t, name, index, i, ns)
+        for verdict, copies in c.compares:
+            s.emit(_K.COMPARE, t, job.ts.name, job.index, verdict, copies)
+        err = c.error
+        if err is None:
+            if c.fill_error is not None:
+                self._release(c)
+                raise c.fill_error
+            held = c.held
+            if held is not None and job.outs and job.state != ABORTED:
+                outs = job.outs
+                for i, (_, ch) in enumerate(c.writers):
+                    if held[i] is not None:
+                        outs[i] = ch.fill(outs[i], held[i])
+        self._release(c)
+        return err
+
+    def fail(self, job: RunJob, t: int, err: BaseException) -> None:
+        """A job finished in the logical schedule whose computation raised: it ends here, unpublished."""
+        s = self.s
+        ts = job.ts
+        c = ts.c
+        if isinstance(err, NoInput):   # as the serial driver counts a chain member it could not feed
+            c["no_input"] += 1
+            s.emit(_K.DROP, t, ts.name, job.index, DROP_NO_INPUT, 1)
+        elif not c["errors"]:
+            log.error("rt_runtime.sched: task '%s' job %d: an op raised %r; the job is aborted (further errors of "
+                      "this task are only counted)", ts.name, job.index, err)
+        if not isinstance(err, NoInput):
+            c["errors"] += 1
+            if len(s.errors) < 1000:
+                s.errors.append((ts.name, job.index, err))
+        c["finished"] -= 1
+        c["aborted"] += 1
+        s._cancel_outputs(job)
+        job.aborted = True
+        job.state = ABORTED
+        s.emit(_K.ABORT, t, ts.name, job.index, -1, job.ops_done)
+
+    def _release(self, c: Computation) -> None:
+        for ch, slot in c.refs:
+            ch.unpin(slot)
+        c.refs = []
+        c.inputs = {}   # (``held`` stays: a chain member computed later may still read it)
+        opened = self.open
+        while opened and opened[0].settled:
+            opened.popleft()
+
+    def _reap(self) -> None:
+        # Every submitted computation ends done (a cancelled one without running): then its slots are free.
+        keep = []
+        for c in self.zombies:
+            if c.done:
+                self._release(c)
+            else:
+                keep.append(c)
+        self.zombies = keep
+
+    def close(self, t: int) -> None:
+        """End of the run: wait for every computation, trace the steps of those never settled, stop the pool."""
+        for c in list(self.open):
+            if not c.settled:
+                try:
+                    self.settle(c, t)   # nothing is published any more: only its steps are traced
+                except Exception:  # noqa: BLE001 - a contract error here must not mask the run's own outcome
+                    c.settled = True
+        self.pool.close()   # runs what is queued (cancelled ones end at once), then stops
+        self._reap()
+        self.open.clear()
+
+    def stats(self) -> dict[str, int]:
+        """Threads, the CPU time they spent computing, the wall time the driver waited for results."""
+        pool = self.pool
+        return {"threads": self.threads, "compute_ns": pool.busy_ns, "driver_compute_ns": pool.driver_busy_ns,
+                "waited_ns": pool.waited_ns}
+
+
+def _phantom(n: int) -> Any:
+    """The op indices of a job whose ops run elsewhere: the driver books them on the virtual clock."""
+    yield from range(n)

@@ -1,0 +1,239 @@
+"""The computing side of parallel commit (``sched.parallel``): computations and the threads that run them.
+
+A ``Computation`` is one deferred job's work — bind the inputs it snapshotted, run its graph, copy
+its outputs into the slots it reserved — with what it needs from others (its task's previous
+computation, the chain members whose outputs it reads) and its outcome. ``ComputePool`` runs them
+on N threads: N - 1 pool threads and the driver, which computes what it needs rather than sleep.
+Nothing here touches scheduler state; of the channels, a computation touches only the slots it holds.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from .job import RunJob
+
+_local = threading.local()   # the computation a thread is running (for the COMPARE events it records)
+
+
+class NoInput(RuntimeError):
+    """A chain member whose producer failed, with nothing on the channel to read instead."""
+
+
+def record_compare(verdict: int, copies: int) -> None:
+    """Stands in for a deferred redundant executor's ``_emit``: the event is traced at the settle point."""
+    c = getattr(_local, "comp", None)
+    if c is not None:
+        c.compares.append((verdict, copies))
+
+
+class Computation:
+    """One deferred job's computation: what it reads and fills, its outcome and measured steps."""
+
+    __slots__ = ("job", "executor", "inputs", "writers", "outs", "refs", "steps", "held", "error", "fill_error",
+                 "done", "settled", "cancelled", "waiting", "dependents", "after", "compares", "handovers")
+
+    def __init__(self, job: RunJob, executor: Any, inputs: dict[str, Any], refs: list[tuple[Any, Any]]) -> None:
+        self.job = job
+        self.executor = executor
+        self.inputs = inputs
+        self.writers = job.ts.writers
+        self.outs = job.outs                    # the job's reserved slots (the same list: a fill may swap one)
+        self.refs = refs                        # (channel, slot) this computation holds a reference on
+        self.steps: list[int] = []              # measured ns of each op
+        self.held: list[Any] | None = None      # output copies the driver fills at the settle point
+        self.error: BaseException | None = None
+        self.fill_error: BaseException | None = None
+        self.done = False
+        self.settled = False
+        self.cancelled = False
+        self.waiting = 0                        # computations it waits for, not done yet
+        self.dependents: list[Computation] = []   # computations waiting for this one
+        self.after: list[Computation] = []        # computations this one waits for
+        # chain hand-overs: (input, producer's computation, its output index, fallback slot, meta row)
+        self.handovers: list[tuple] = []
+        self.compares: list[tuple[int, int]] = []   # COMPARE events (verdict, copies) of a redundant job
+
+
+def _copy(x: Any) -> Any:
+    return x.clone() if hasattr(x, "clone") else x.copy()
+
+
+def compute(c: Computation, measure: Callable[[], int], in_driver: bool) -> None:
+    """Run a computation to its end (a worker thread, or the driver when ``in_driver``); touches no
+    scheduler state, and of the channels only the slots it holds."""
+    if c.cancelled:
+        return
+    for gin, src, oi, fb, meta in c.handovers:   # the producer has computed: its output, or the fallback
+        held = src.held[oi] if src.held is not None else None
+        x = held if held is not None else src.outs[oi].data if src.error is None and src.fill_error is None else None
+        if x is None:
+            if fb is None:
+                c.error = NoInput(f"input '{gin}': its chain producer failed and its channel has no message")
+                return
+            x = fb.data
+            if meta is not None:
+                name, row = meta
+                c.inputs[name].copy_(row)
+        c.inputs[gin] = x
+    ex = c.executor
+    steps = c.steps
+    _local.comp = c
+    try:
+        t0 = measure()
+        for _ in ex.steps(c.inputs):
+            t1 = measure()
+            steps.append(t1 - t0)
+            t0 = t1
+        if steps:
+            steps[-1] += measure() - t0   # the executor's tail (job count, capture) belongs to the last step
+    except Exception as e:  # an op that raises ends its job: booked where the job's result is read
+        c.error = e
+        return
+    finally:
+        _local.comp = None
+    views = ex.outputs
+    outs = c.outs
+    for i, (gout, ch) in enumerate(c.writers):
+        v = views[gout]
+        slot = outs[i]
+        try:
+            if in_driver:
+                outs[i] = ch.fill(slot, v)
+            elif slot.index >= 0 and ch.spec is not None and ch.fits(v):
+                ch.fill(slot, v)
+            else:   # the channel's slots may still be (re)allocated: the driver fills from a copy
+                if c.held is None:
+                    c.held = [None] * len(outs)
+                c.held[i] = _copy(v)
+        except Exception as e:  # a contract violation at the channel: raised in the driver, as serially
+            c.fill_error = e
+            return
+
+
+class ComputePool:
+    """N threads computing in submission order: the driver and N - 1 pool threads.
+
+    The driver computes too: when it needs a result that no thread has started, it runs that
+    computation (or one it depends on) itself rather than sleep, so with N = 1 every job is computed
+    in the driver, lazily, where its result is first read; with ``eager`` at once when submitted.
+    A computation runs once those it depends on are done (its task's previous one, the chain
+    members it reads)."""
+
+    def __init__(self, threads: int, measure: Callable[[], int], eager: bool = False) -> None:
+        self.measure = measure
+        self.eager = eager
+        self.cond = threading.Condition()
+        self.ready: deque[Computation] = deque()
+        self.closed = False
+        self.busy_ns = 0    # thread time spent computing (all threads, the driver's share included)
+        self.driver_busy_ns = 0   # the driver's share of it
+        self.driver = threading.get_ident()   # the pool is built in the thread that drives the runtime
+        self.waited_ns = 0  # wall time the driver spent waiting for a result another thread computed
+        self.threads = [threading.Thread(target=self._loop, name=f"rt-compute-{i}", daemon=True)
+                        for i in range(max(0, threads - 1))]
+        for t in self.threads:
+            t.start()
+
+    def submit(self, c: Computation, after: list[Computation]) -> None:
+        """Queue ``c``; it runs once every computation in ``after`` is done."""
+        with self.cond:
+            c.after = after
+            for a in after:
+                if not a.done:
+                    a.dependents.append(c)
+                    c.waiting += 1
+            if not c.waiting:
+                self.ready.append(c)
+                self.cond.notify()
+        if self.eager:
+            self.wait(c)
+
+    def cancel(self, c: Computation) -> None:
+        """``c`` will not be needed: if no thread took it yet, it is done without running."""
+        with self.cond:
+            c.cancelled = True
+            if c in self.ready:
+                self.ready.remove(c)
+                self._done(c)
+
+    def wait(self, c: Computation) -> None:
+        """Until ``c`` is done: compute it (or what it waits for) here if no thread took it, else other
+        queued work, else sleep."""
+        t0 = 0
+        while not c.done:
+            with self.cond:
+                if c.done:
+                    break
+                # what it needs first; else, while another thread computes that, any queued work
+                mine = self._needed(c) or (self.ready[0] if self.ready else None)
+                if mine is None:
+                    if not t0:
+                        t0 = time.perf_counter_ns()
+                    self.cond.wait()
+                    continue
+                self.ready.remove(mine)
+            self._run(mine)
+        if t0:
+            self.waited_ns += time.perf_counter_ns() - t0
+
+    def _needed(self, c: Computation) -> Computation | None:
+        """``c`` or a computation it waits for that is ready and not taken (under the lock)."""
+        if c in self.ready:
+            return c
+        for a in c.after:
+            if not a.done:
+                n = self._needed(a)
+                if n is not None:
+                    return n
+        return None
+
+    def _run(self, c: Computation) -> None:
+        t0 = time.thread_time_ns()
+        try:
+            compute(c, self.measure, self.eager)   # eager: the driver alone computes, and may fill any slot
+        except BaseException as e:  # noqa: BLE001 - never leave the driver waiting for a dead thread
+            c.error = c.error or e
+        dt = time.thread_time_ns() - t0
+        with self.cond:
+            self.busy_ns += dt
+            if threading.get_ident() == self.driver:
+                self.driver_busy_ns += dt
+            self._done(c)
+
+    def _done(self, c: Computation) -> None:
+        c.done = True
+        for d in c.dependents:
+            d.waiting -= 1
+            if not d.waiting:
+                self.ready.append(d)
+        c.dependents = []
+        c.after = []
+        self.cond.notify_all()
+
+    def _loop(self) -> None:
+        cond, ready = self.cond, self.ready
+        while True:
+            with cond:
+                while not ready and not self.closed:
+                    cond.wait()
+                if not ready:
+                    return
+                c = ready.popleft()
+            self._run(c)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Finish what is queued (here and on the threads) and stop the threads."""
+        while True:
+            with self.cond:
+                if not self.ready:
+                    break
+                c = self.ready.popleft()
+            self._run(c)
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        for t in self.threads:
+            t.join(timeout)
