@@ -197,7 +197,7 @@ def test_cuda_capture_replays_after_warmup():
            Op("relu", lambda h, r: torch.clamp(h, min=0, out=r), (h,), (r,), inplace={"r": "h"}, capturable=True),
            Op("fc2", lambda r, y: torch.mm(r, w2, out=y), (r,), (y,), capturable=True)]
     g = Graph("mlp_cuda", ops, [x], ["y"])
-    ex = GraphExecutor(g, dev, capture=True, warmup=2, priority=3)
+    ex = GraphExecutor(g, dev, capture=True, warmup=2, urgency=1.0)
     for i in range(6):
         xin = torch.randn(16, 64, device="cuda")
         out = ex.run({"x": xin})

@@ -151,3 +151,14 @@ def duration_text(text: str) -> str:
     if ns <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive duration, found {_shown(text)}")
     return text
+
+
+def device(text: str) -> str:
+    """``cpu``, ``cpu-async`` (the asynchronous twin of CUDA), ``cuda`` or ``cuda:N`` present on this machine."""
+    from ..config.stack import _device
+    from ..config.yamlfile import ConfigError
+
+    try:
+        return _device(text.strip(), "--device")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).rsplit("device: ", 1)[-1]) from None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -22,6 +23,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
                    help="on the virtual clock: 'budget' (default; every op takes its budget, one schedule and one "
                         "digest on any machine) or 'measured' (ops take the CPU time they used here)")
     p.add_argument("--workers", type=A.workers, help="worker count, 1 or more (default: the config's)")
+    p.add_argument("--parallel", type=A.int_range(1, 1024, what="a thread count from 1 to 1024"), metavar="N", help="threads computing jobs under budget timing, "
+                   "committed in logical order: one digest for every N (default: the number of cores; "
+                   "docs/REPLAY.md, --workers and --parallel)")
+    p.add_argument("--device", type=A.device, help="cpu, cpu-async (the asynchronous CPU twin of CUDA: ops "
+                   "launched on stream threads, completion events), cuda or cuda:N (default: the config's)")
     p.add_argument("--trace", help="write a trace file for `rt-runtime analyze`")
     p.add_argument("--force", action="store_true", help="replace an existing --out bag or --trace file "
                    "(never an input); without it an existing one is refused")
@@ -29,6 +35,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--until", type=A.seconds, metavar="S", help="stop after S seconds of the bag (S > 0)")
     p.add_argument("--speculate", action=argparse.BooleanOptionalAction, default=None,
                    help="turn the config's speculate: keys on (or off with --no-speculate); default: as configured")
+    p.add_argument("--expect", metavar="FILE", help="gates: YAML of dotted paths into the replay JSON and their "
+                   "bounds, e.g. 'misses: {max: 0}'; exit 1 when one does not hold (docs/REPLAY.md, Fleet replay)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
 
@@ -38,14 +46,14 @@ def result_json(r: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "bag": r.bag, "duration_s": round(r.duration_s, 6), "wall_s": round(r.wall_s, 6),
         "speedup": round(r.speedup, 3), "output_digest": r.output_digest, "timing": r.timing,
-        "deterministic": r.deterministic, "clean": r.clean, "faults": r.faults,
+        "deterministic": r.deterministic, "clean": r.clean, "misses": r.misses, "faults": r.faults,
         "nondeterminism": [{"t_ms": t / 1e6, "why": why} for t, why in r.nondeterminism[:10]],
         "tasks": [{"name": name, "jobs": t.released, "misses": int(r.stats[name].get("missed", 0)),
                    "errors": int(r.stats[name].get("errors", 0)),
                    "response_ms": {k: round(v, 4) for k, v in t.percentiles_ms().items() if k != "p90"}}
                   for name, t in r.tasks.items()],
         "outputs": r.outputs, "bad_messages": r.bad_messages, "inputs": r.inputs,
-        "runtime_share": round(r.runtime_share, 4),
+        "runtime_share": round(r.runtime_share, 4), "parallel": r.parallel, "device": r.device,
     }
     if r.hardware is not None:
         doc["hardware"] = r.hardware
@@ -131,12 +139,26 @@ def _timing(timing: str | None, speed: str | float) -> str:
     return timing or "budget"
 
 
+def stack_for_bag(config: Any, bag: Any, remap: dict[str, str] | None = None) -> Any:
+    """The stack as `replay` runs it on ``bag`` (``batch``'s workers too: one digest): the config with its
+    remaps, calibrated from the bag's CameraInfo and /tf_static; notes on stderr."""
+    from ..config.calibration import calibrate_from_bag
+    from ..config.stack import load_stack
+
+    cfg, notes = calibrate_from_bag(load_stack(config, remap or {}), str(bag))
+    for note in notes:
+        print(f"rt-runtime replay: note: {note}", file=sys.stderr)
+    return cfg
+
+
 def run(args: argparse.Namespace) -> int:
-    """Replay and report; 130/143 when SIGINT/SIGTERM cut the replay short (outputs kept, marked partial)."""
+    """Replay and report; 1 when an --expect bound does not hold; 130/143 when SIGINT/SIGTERM cut the
+    replay short (outputs kept, marked partial)."""
     from ..bag import BagError
     from ..cli import UsageError
     from ..config import ConfigError
-    from ..config.stack import load_stack, parse_remap
+    from ..config.stack import parse_remap
+    from ..fleet.gates import gate_lines, gate_verdict, load_expect
     from ..outpaths import EXIT_CODES, INTERRUPT, bag_extent, check_distinct, check_output
     from ..replay import ReplayError, replay
     from ..replay.defaults import default_bag, default_config
@@ -161,23 +183,33 @@ def run(args: argparse.Namespace) -> int:
         if args.trace:
             check_output(args.trace, "--trace", inputs, force=force)
         check_distinct({"--out": args.out, "--trace": args.trace})
-        cfg = load_stack(config, remap)
+        bounds = load_expect(args.expect) if args.expect else None
+        cfg = stack_for_bag(config, bag, remap)
+        if args.device:
+            cfg = dataclasses.replace(cfg, device=args.device)
         result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                         out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
                         until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
-                        timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT)
+                        timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
+                        parallel=args.parallel)
     except (ConfigError, ReplayError, BagError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     interrupted = result.extra.get("interrupted")
+    # gates need the whole bag: an interrupted replay is not judged
+    gates = gate_verdict(result_json(result), bounds) if bounds is not None and not interrupted else None
     if args.json:
         doc = result_json(result)
         if interrupted:
             doc.update(interrupted=interrupted, partial=True)
+        if gates is not None:
+            doc["expect"] = gates
         print(json.dumps(doc))
     else:
         print_summary(result)
+        for line in gate_lines(gates, args.expect) if gates is not None else ():
+            print(line)
     if not interrupted:
-        return 0
+        return 0 if gates is None or gates["passed"] else 1
     kept = [f"{p} ({what}, marked partial)" for p, what in ((args.out, "bag"), (args.trace, "trace")) if p]
     print(f"rt-runtime replay: interrupted by {interrupted}: replayed {result.duration_s:.2f} s of "
           f"{result.extra['bag_duration_s']:.2f} s of the bag; kept "

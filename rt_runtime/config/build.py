@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from ..analysis.chains import Chain
 from ..core.graph import Graph
 from ..core.task import TaskError
+from ..device.base import tensor_device
 from ..sched import TaskBinding
 from ..sched.budget import check_op_budgets
 from .stack import StackConfig, _fail, _mapping, _op_budgets, resolve
@@ -86,7 +87,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
     declared one on, False turns them all off.
     """
     device = device or cfg.device
-    device = "cpu" if device == "cpu-async" else device   # where tensors live: the twin keeps them on the host
+    device = tensor_device(device)   # where tensors live: the twin cpu-async keeps them on the host
     bindings: list[TaskBinding] = []
     initial: dict[str, Any] = {}
     fed = {ch for e in cfg.entries.values() for ch in (e.get("outputs") or {}).values()} | \
@@ -108,9 +109,11 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
                 raise _fail(cfg.source, f"task '{task.name}': redundancy", f"exact comparison needs deterministic "
                             f"ops; {loose} are not (give atol/rtol)", task=task.name, fld="redundancy")
             if spec is not None and graph is not None and spec.checks:
-                from ..safety.invariants import referenced
+                from ..safety.invariants import referenced, referenced_inputs
 
-                unknown = sorted(referenced(spec.checks) - {s.name for s in graph.outputs})
+                outs = {s.name for s in graph.outputs}
+                unknown = sorted((referenced(spec.checks) - outs)
+                                 | (referenced_inputs(spec.checks) - outs - {s.name for s in graph.inputs}))
                 if unknown:
                     raise _fail(cfg.source, f"task '{task.name}': redundancy.checks", f"{unknown} are not outputs of "
                                 f"graph '{graph.name}' (expected some of {sorted(s.name for s in graph.outputs)})",
@@ -131,7 +134,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
         bindings.append(binding)
         if e.get("initial") is not None:
             values = _initial(cfg, task.name, device)
-            problems += initial_problems(cfg.source, task.name, inputs, e["initial"], values, fed)
+            problems += initial_problems(cfg.source, task.name, inputs, e["initial"], values, fed, binding.optional)
             for name, value in values.items():
                 if name in inputs:
                     initial[inputs[name]] = value

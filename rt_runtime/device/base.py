@@ -45,6 +45,11 @@ class Device(Protocol):
         """Run ``fn(*args)`` as work of ``stream``: at once on ``cpu``, enqueued on ``cpu-async``."""
 
 
+def tensor_device(name: str) -> str:
+    """Where a device's tensors live, as torch names it: the twin ``cpu-async`` keeps them on the host."""
+    return "cpu" if name.startswith("cpu") else name
+
+
 def device_for(name: str, **kw: Any) -> Device:
     """Open a device by name: ``cpu``, ``cpu:numpy``, ``cpu-async``, ``cuda`` or ``cuda:N``."""
     if name == "cpu-async":

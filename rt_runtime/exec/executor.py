@@ -8,6 +8,12 @@ planned views, and records each op's start and end. It allocates nothing for pla
 ``steps(inputs)`` yields after every op: the op boundaries are the preemption points of the
 scheduler (limited preemption), and closing the generator aborts the job at the next boundary.
 
+On an asynchronous device (``cuda``, and its CPU twin ``cpu-async``) an op is *launched* on the
+task's stream and runs later: after the last op the executor records a completion event and its
+thread waits for it, so a job ends when its device work ends (execution times, overruns, misses
+and the cost model see device time, not launch time), and per-op device times come from an event
+recorded after each op (``op_start_ns``/``op_end_ns`` once the job completed).
+
 On CUDA, with ``capture=True`` and a graph whose ops are all capturable, the whole graph is
 recorded into a CUDA graph after ``warmup`` eager jobs and replayed from then on; a job whose
 input shapes differ from the captured ones runs eagerly instead. Captures, replays and eager
@@ -32,14 +38,16 @@ class GraphExecutor:
     """Runs jobs of one graph on one device, on the task's own stream, inside its arenas."""
 
     def __init__(self, graph: Graph, device: Device | None = None, *, owner: str | None = None,
-                 priority: int = 0, alignment: int = 64, capture: bool = False, warmup: int = 3,
+                 urgency: float = 0.0, alignment: int = 64, capture: bool = False, warmup: int = 3,
                  check_inputs: bool = True) -> None:
         self.graph = graph
         self.device: Device = device if device is not None else CpuDevice()
         self.owner = owner or graph.name
         self.check_inputs = check_inputs
-        self.stream = self.device.stream(priority)
+        self.stream = self.device.stream(urgency)
         on_cuda = self.device.kind == "cuda"
+        # Launch, then wait for completion: the device runs the ops later (cuda, and its twin cpu-async).
+        self.asynchronous = self.device.kind in ("cuda", "cpu-async")
         self.capture_wanted = capture and on_cuda
         self.warmup = warmup
         self.pools: dict[PoolKind, PoolPlan] = plan_graph(graph, alignment, stage_inputs=self.capture_wanted)
@@ -71,6 +79,8 @@ class GraphExecutor:
         self.op_start_ns: list[int] = [0] * n
         self.op_end_ns: list[int] = [0] * n
         self._stream_ctx = self.device.on_stream(self.stream) if on_cuda else None
+        # One event after each op (and one before the first): the job's completion and its per-op device times.
+        self._marks = [self._timing_event() for _ in range(n + 1)] if self.asynchronous else []
         self.jobs = 0
         self.captures = 0
         self.replays = 0
@@ -104,6 +114,9 @@ class GraphExecutor:
             self.fallbacks += 1
         elif self.capture_wanted and self.jobs >= self.warmup and not self.graph.capturable:
             self.fallbacks += 1
+        if self.asynchronous:
+            yield from self._launch_steps(inputs)
+            return
         starts, ends, ctx = self.op_start_ns, self.op_end_ns, self._stream_ctx
         i = 0
         for fn, args in self._calls:
@@ -119,6 +132,42 @@ class GraphExecutor:
         self.jobs += 1
         if self.capture_wanted and self._cuda_graph is None and self.jobs == self.warmup and self.graph.capturable:
             self._capture(inputs)
+
+    def _launch_steps(self, inputs: Mapping[str, Any]) -> Iterator[int]:
+        """Launch each op on the stream (a preemption point after each launch); the last waits for completion."""
+        dev, stream, marks = self.device, self.stream, self._marks
+        marks[0].record(stream)
+        last = len(self._calls) - 1
+        t_host = _now()
+        for i, (fn, args) in enumerate(self._calls):
+            dev.launch(stream, fn, *args)
+            marks[i + 1].record(stream)
+            if i == last:
+                marks[i + 1].synchronize()   # the job ends when its device work ends (a device error raises here)
+                self._device_times(t_host)
+            yield i
+        self.jobs += 1
+        if self.capture_wanted and self._cuda_graph is None and self.jobs == self.warmup and self.graph.capturable:
+            self._capture(inputs)
+
+    def _timing_event(self) -> Any:
+        if self.device.kind == "cuda":
+            import torch
+
+            return torch.cuda.Event(enable_timing=True)
+        return self.device.event()
+
+    def _device_times(self, t_host: int) -> None:
+        """Per-op start/end from the events around each op, on the host's clock from the job's first launch."""
+        marks, starts, ends = self._marks, self.op_start_ns, self.op_end_ns
+        if self.device.kind == "cuda":
+            t0 = t_host
+            for i in range(len(starts)):
+                starts[i] = t0 + int(marks[0].elapsed_time(marks[i]) * 1e6)
+                ends[i] = t0 + int(marks[0].elapsed_time(marks[i + 1]) * 1e6)
+        else:
+            for i in range(len(starts)):
+                starts[i], ends[i] = marks[i].time_ns, marks[i + 1].time_ns
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Run one job to completion; returns the output views (valid until the next job)."""
@@ -156,6 +205,8 @@ class GraphExecutor:
             for name, stage in self._staging.items():
                 self.device.copy_(stage, inputs[name])
             self._cuda_graph.replay()
+        self._marks[-1].record(self.stream)
+        self._marks[-1].synchronize()   # the job ends when the replayed graph's work ends
         self.op_end_ns[last] = _now()
         self.replays += 1
         return last

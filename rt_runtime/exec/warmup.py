@@ -8,6 +8,7 @@ from typing import Any
 
 from ..core.graph import Graph
 from ..core.tensor import Dim, TensorSpec
+from ..device.base import tensor_device
 from .executor import GraphExecutor
 
 
@@ -29,7 +30,7 @@ def synthetic_inputs(graph: Graph, device: str = "cpu", symbolic: int = 256) -> 
 
 def warm_up(executor: GraphExecutor, runs: int = 2) -> bool:
     """Run ``runs`` jobs on synthetic inputs; a failure is reported on stderr, not raised."""
-    inputs = synthetic_inputs(executor.graph, executor.device.name.split(":numpy")[0])
+    inputs = synthetic_inputs(executor.graph, tensor_device(executor.device.name))
     try:
         for _ in range(runs):
             executor.run(inputs)

@@ -46,6 +46,7 @@ from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
 from ..sched.events import EventKind
 from ..trace import TraceColumns, TraceRing, save_trace
+from ..device.base import device_for, tensor_device
 from .feed import decoded_feed, prefetched
 from .parallel import parallel_threads
 
@@ -90,6 +91,7 @@ class ReplayResult:
     nondeterminism: list[tuple[int, str]] = field(default_factory=list)
     hardware: dict[str, Any] | None = None   # analysis.hardware.hardware_report: this machine's timeline
     parallel: int = 1   # threads that computed the jobs (sched.parallel); 1 also where the driver computed them
+    device: str = "cpu"   # what the graphs ran on: cpu, cpu-async (the asynchronous twin), cuda:N
 
     @property
     def speedup(self) -> float:
@@ -198,7 +200,9 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
     for note in notes:
         print(f"rt-runtime replay: note: {note}", file=sys.stderr)
+    dev = device_for(cfg.device)
     rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
+                 device=dev,
                  parallel=threads or None, adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
                  sink=ring, egress=collector.on_publish, chains=chains,
                  # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
@@ -287,7 +291,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                     monitor.rejected(next(iter(item.route.channels.values())), item.t_ns)
                 continue
             for role, channel in item.route.channels.items():
-                rt.push(channel, item.t_ns, _to_tensor(item.value[role], cfg.device))
+                rt.push(channel, item.t_ns, _to_tensor(item.value[role], tensor_device(cfg.device)))
                 if monitor is not None:
                     monitor.arrived(channel, item.t_ns, item.t_ns)   # no transport delay in a recording
             inputs += 1
@@ -334,7 +338,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                           trace=str(trace) if trace is not None else None, timing=timing,
                           deterministic=rt.deterministic, nondeterminism=rt.nondeterminism,
                           hardware=hardware_report(cols, meta) if hardware else None,
-                          parallel=max(1, rt.sched.par.threads if rt.sched.par is not None else 1))
+                          parallel=max(1, rt.sched.par.threads if rt.sched.par is not None else 1),
+                          device=dev.name)
+    close = getattr(dev, "close", None)   # cpu-async: its stream threads
+    if close is not None:
+        close()
     if monitor is not None:
         result.extra["safety"] = {**monitor.status(), "history": [
             {"t_s": tr.t_ns / 1e9, "from": STATES[tr.before], "to": STATES[tr.after], "reason": tr.reason}

@@ -45,6 +45,16 @@ class Policy:
             order = sorted(tasks, key=lambda t: (t.priority, t.deadline, t.name))
         return {t.name: i for i, t in enumerate(order)}
 
+    def stream_urgency(self, tasks: Sequence[Task]) -> dict[str, float]:
+        """Each task's device-stream urgency in [0, 1], 1 the most urgent (``Device.stream``'s one convention).
+
+        The policy's rank; under EDF, where urgency changes job by job but a stream's priority is fixed
+        when it is created, the deadline-monotonic order (the static order closest to EDF's).
+        """
+        ranks = (Policy("dm") if self.name == "edf" else self).priorities(tasks)
+        n = max(ranks.values(), default=0)
+        return {name: 1.0 - r / n if n else 1.0 for name, r in ranks.items()}
+
     def key(self, prio: int, deadline_ns: int, task: str, release_ns: int) -> tuple:
         """The ready-queue key of a job: smaller runs first."""
         if self.name == "edf":

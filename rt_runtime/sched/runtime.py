@@ -107,11 +107,13 @@ class Runtime:
         self.channels = self._build_channels(channels, bindings)
 
         states = []
+        urgency = self.policy.stream_urgency(task_list)   # device streams: the more urgent task, the higher level
         for b in bindings:
-            make = b.executor or (lambda b_, dev, **kw: GraphExecutor(b_.graph, dev, **kw))   # e.g. time redundancy
+            u = urgency[b.name]
+            make = b.executor or (lambda b_, dev, **kw: GraphExecutor(b_.graph, dev, urgency=u, **kw))   # e.g. time redundancy
             execs = [make(b, device, owner=b.name, check_inputs=check_inputs, capture=capture),
                      GraphExecutor(b.fallback, device, owner=f"{b.name}/fallback", check_inputs=check_inputs,
-                                   capture=capture) if b.fallback is not None else None]
+                                   capture=capture, urgency=u) if b.fallback is not None else None]
             ts = TaskState(b, prios[b.name], where[b.name], execs)
             for gin, chname in sorted(b.inputs.items()):
                 ch = self.channels[chname]
