@@ -20,6 +20,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--use-sim-time", action="store_true", help="follow /clock (a bag played with --clock)")
     p.add_argument("--params-file", help="ROS parameters file (e.g. config/ros_params.yaml)")
     p.add_argument("--workers", type=A.workers, help="worker count, 1 or more (default: the config's)")
+    p.add_argument("--device", type=A.device, help="cpu, cpu-async, cuda or cuda:N (default: the config's; "
+                   "the same as --set device=...)")
     p.add_argument("--realtime", action="store_true", help="pin workers and use SCHED_FIFO where permitted")
     p.add_argument("--speculate", action="store_true",
                    help="turn on the config's speculate: keys (the planner plans ahead in slack; docs/SAFETY.md)")
@@ -38,7 +40,8 @@ def _parameters(args: argparse.Namespace) -> list[Any]:
     for name, value in (("config", args.config), ("trace", args.trace), ("stale_after", args.stale_after)):
         if value:
             out.append(Parameter(name, Parameter.Type.STRING, str(value)))
-    arrays = (("overrides", args.overrides), ("remap", args.remap), ("degrade_on_stale", args.degrade_on_stale))
+    overrides = list(args.overrides) + ([f"device={args.device}"] if args.device else [])
+    arrays = (("overrides", overrides), ("remap", args.remap), ("degrade_on_stale", args.degrade_on_stale))
     for name, value in arrays:
         if value:
             out.append(Parameter(name, Parameter.Type.STRING_ARRAY, list(value)))

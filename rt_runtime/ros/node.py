@@ -31,6 +31,7 @@ from ..config import ConfigError
 from ..config.realtime import runtime_kwargs
 from ..config.stack import build_bindings, parse_remap, run_chains
 from ..core.units import DurationError, parse_duration
+from ..device.base import device_for, tensor_device
 from ..exec.warmup import warm_up
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..replay.defaults import default_config
@@ -89,6 +90,7 @@ class LiveRuntime:
         kwargs = {"sink": self.ring} if self.ring is not None else {}
         try:
             self.rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, threaded=not self.sim,
+                              device=device_for(cfg.device),
                               channels=cfg.channels, egress=self.pump.on_publish, chains=run_chains(cfg, bindings)[0],
                               **(runtime_kwargs(cfg.realtime, default=bool(p["realtime"])) if not self.sim
                                  else {"realtime": False}), **kwargs)
@@ -108,7 +110,7 @@ class LiveRuntime:
             from ..safety.monitor import SafetyMonitor
 
             self.monitor = SafetyMonitor.from_spec(self.rt, cfg.safety).install()
-        self.ingress = Ingress(cfg.ingress, self.driver, to_tensor(cfg.device), stale_after_ns=stale_ns,
+        self.ingress = Ingress(cfg.ingress, self.driver, to_tensor(tensor_device(cfg.device)), stale_after_ns=stale_ns,
                                monitor=self.monitor)
         self.max_deadline_ns = max(b.task.deadline for b in bindings)
         self._before: dict[str, Any] = {}
