@@ -32,6 +32,7 @@ import torch  # noqa: E402
 from rt_runtime.core.tensor import Dim  # noqa: E402
 from rt_runtime.device.base import device_for  # noqa: E402
 from rt_runtime.exec.executor import GraphExecutor  # noqa: E402
+from rt_runtime.exec.warmup import warm_up  # noqa: E402
 
 CUDA_TEST_FILES = ["tests/test_exec.py", "tests/test_pipeline_camera.py", "tests/test_pipeline_lidar.py",
                    "tests/test_pipeline_radar.py", "tests/test_device_cpu_async.py"]
@@ -156,6 +157,7 @@ def check_capture(dev: Any, gs: dict[str, Any], device: str, repeats: int) -> di
         eager = GraphExecutor(graph, dev, owner=f"{name}/eager")
         cap = GraphExecutor(graph, dev, owner=f"{name}/capture", capture=True, warmup=2)
         try:
+            warm_up(cap)   # eager warm-up jobs, then the capture (at set-up, never in a live job)
             for _ in range(4):
                 ref = {k: v.clone() for k, v in eager.run(inp).items()}
                 got = cap.run(inp)

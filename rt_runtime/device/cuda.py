@@ -132,7 +132,8 @@ class CudaDevice:
         """Record ``body``'s kernels into a CUDA graph on ``stream``; replay with ``graph.replay()``."""
         torch = self.torch
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
+        # thread_local: other worker threads may allocate or sync meanwhile without breaking this capture
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             body()
         return graph
 

@@ -15,12 +15,15 @@ and the cost model see device time, not launch time), and per-op device times co
 recorded after each op (``op_start_ns``/``op_end_ns`` once the job completed).
 
 On CUDA, with ``capture=True`` and a graph whose ops are all capturable, the whole graph is
-recorded into a CUDA graph after ``warmup`` eager jobs and replayed from then on; a job whose
+recorded into a CUDA graph at set-up (``prepare``, called by ``warm_up`` after its eager jobs, never
+inside a live job) and replayed from then on; a job whose
 input shapes differ from the captured ones runs eagerly instead. Captures, replays and eager
 fallbacks are counted.
 """
 from __future__ import annotations
 
+import sys
+import threading
 import time
 from typing import Any, Iterator, Mapping
 
@@ -32,13 +35,14 @@ from ..memory.arena import Arena, PoolKind
 from ..memory.graph_plan import PoolPlan, plan_graph, workspace_key
 
 _now = time.monotonic_ns
+_CAPTURE_LOCK = threading.Lock()   # one capture at a time in the process: CUDA's capture is not re-entrant
 
 
 class GraphExecutor:
     """Runs jobs of one graph on one device, on the task's own stream, inside its arenas."""
 
     def __init__(self, graph: Graph, device: Device | None = None, *, owner: str | None = None,
-                 urgency: float = 0.0, alignment: int = 64, capture: bool = False, warmup: int = 3,
+                 urgency: float = 0.0, alignment: int = 64, capture: bool = False, warmup: int = 2,
                  check_inputs: bool = True) -> None:
         self.graph = graph
         self.device: Device = device if device is not None else CpuDevice()
@@ -87,6 +91,7 @@ class GraphExecutor:
         self.fallbacks = 0
         self._cuda_graph: Any = None
         self._captured_shapes: dict[str, tuple[int, ...]] = {}
+        self.prepared = False   # set-up done (prepare): capture tried once, before the first live job
         self._staging: dict[str, Any] = {}
 
     # ---- one job ----------------------------------------------------------------------------
@@ -112,7 +117,7 @@ class GraphExecutor:
                 self.jobs += 1
                 return
             self.fallbacks += 1
-        elif self.capture_wanted and self.jobs >= self.warmup and not self.graph.capturable:
+        elif self.capture_wanted and self.prepared:   # capture wanted but refused or failed at set-up
             self.fallbacks += 1
         if self.asynchronous:
             yield from self._launch_steps(inputs)
@@ -130,8 +135,6 @@ class GraphExecutor:
             yield i
             i += 1
         self.jobs += 1
-        if self.capture_wanted and self._cuda_graph is None and self.jobs == self.warmup and self.graph.capturable:
-            self._capture(inputs)
 
     def _launch_steps(self, inputs: Mapping[str, Any]) -> Iterator[int]:
         """Launch each op on the stream (a preemption point after each launch); the last waits for completion."""
@@ -147,8 +150,6 @@ class GraphExecutor:
                 self._device_times(t_host)
             yield i
         self.jobs += 1
-        if self.capture_wanted and self._cuda_graph is None and self.jobs == self.warmup and self.graph.capturable:
-            self._capture(inputs)
 
     def _timing_event(self) -> Any:
         if self.device.kind == "cuda":
@@ -176,6 +177,34 @@ class GraphExecutor:
         return self.outputs
 
     # ---- CUDA graphs ------------------------------------------------------------------------
+    def prepare(self, inputs: Mapping[str, Any]) -> bool:
+        """At set-up, after warm-up, never in a live job: capture the graph if wanted; True if captured.
+
+        Captures are serialized across executors (one process-wide lock) and use thread-local capture
+        mode, so another thread's allocation or sync does not break them; a graph that is not capturable,
+        or whose capture fails, runs eagerly (counted as fallbacks, said once on stderr).
+        """
+        if not self.capture_wanted or self.prepared:
+            return self._cuda_graph is not None
+        self.prepared = True
+        if not self.graph.capturable:
+            return False
+        self.bind(inputs)
+        try:
+            with _CAPTURE_LOCK:
+                self.device.synchronize()
+                self._capture(inputs)
+                self.device.synchronize()
+        except Exception as e:  # noqa: BLE001 - a graph that cannot be captured still runs, eagerly
+            self._cuda_graph = None
+            self._staging.clear()
+            self._captured_shapes.clear()
+            self.bind(inputs)
+            print(f"rt_runtime: capture of graph '{self.graph.name}' failed ({type(e).__name__}: {e}); it runs "
+                  f"eagerly", file=sys.stderr)
+            return False
+        return True
+
     def _capture(self, inputs: Mapping[str, Any]) -> None:
         """Record the whole graph reading fixed staging copies of the inputs."""
         io = self.arenas[PoolKind.IO]

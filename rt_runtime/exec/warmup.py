@@ -28,15 +28,19 @@ def synthetic_inputs(graph: Graph, device: str = "cpu", symbolic: int = 256) -> 
     return {spec.name: spec_zeros(spec, device, symbolic) for spec in graph.inputs}
 
 
-def warm_up(executor: GraphExecutor, runs: int = 2) -> bool:
-    """Run ``runs`` jobs on synthetic inputs; a failure is reported on stderr, not raised."""
+def warm_up(executor: GraphExecutor, runs: int | None = None) -> bool:
+    """Run ``runs`` (default: the executor's ``warmup``) jobs on synthetic inputs, then let it capture its
+    CUDA graph (``prepare``); a failure is reported on stderr, not raised."""
     inputs = synthetic_inputs(executor.graph, tensor_device(executor.device.name))
     try:
-        for _ in range(runs):
+        for _ in range(runs if runs is not None else getattr(executor, "warmup", 2)):
             executor.run(inputs)
     except Exception as e:  # noqa: BLE001 - warm-up must never stop a start-up; the live run will report
         print(f"rt_runtime: warm-up of graph '{executor.graph.name}' failed on synthetic inputs: {e!r}",
               file=sys.stderr)
         return False
     executor.device.synchronize()
+    prepare = getattr(executor, "prepare", None)   # CUDA graph capture, at set-up rather than in a live job
+    if prepare is not None:
+        prepare(inputs)
     return True
