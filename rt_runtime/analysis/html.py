@@ -87,21 +87,27 @@ def render_html(rep: TraceReport, source: str = "") -> str:
         parts.append(_table(["task", "ops (share of the time)"], worst))
     parts.append("<h2>Cause-effect chains</h2>")
     if doc["chains"]:
-        parts.append(_table(
-            ["chain", "outputs", "latency p50", "p99", "max", "reaction max", "data age p50", "p99", "max",
-             "LET reaction bound", "LET data-age bound"],
-            [[f"{c['name']} ({' → '.join(c['tasks'])})", c["outputs"], c["latency_ms"]["p50"], c["latency_ms"]["p99"],
-              c["latency_ms"]["max"], c["reaction_ms"]["max"], c["data_age_ms"]["p50"], c["data_age_ms"]["p99"],
-              c["data_age_ms"]["max"], (c.get("bounds") or {}).get("let_reaction_ms"),
-              (c.get("bounds") or {}).get("let_data_age_ms")] for c in doc["chains"]]))
+        rows, bad = [], []
+        for c in doc["chains"]:
+            vs = {v["measure"]: v for v in c.get("vs_bounds", [])}
+            for k, key in enumerate(("latency", "reaction", "data_age", "finished")):
+                p, v = c[f"{key}_ms"], vs.get(key) or {}
+                rows.append([f"{c['name']} ({' → '.join(c['tasks'])}), {c['outputs']} outputs" if k == 0 else "",
+                             key.replace("_", " "), p["p50"], p["p99"], p["max"], v.get("bound_ms"), v.get("bound"),
+                             v.get("ratio"), v.get("per_hop_let_ms")])
+                bad.append(v.get("ratio") is not None and v["ratio"] < 1)
+        parts.append(_table(["chain", "measure", "p50", "p99", "max", "bound (rt-runtime check)", "which bound",
+                             "bound / max", "per-hop LET"], rows, bad))
     else:
         parts.append("<p>No chain: none configured, and no task wiring in the configuration.</p>")
     if rep.rta is not None and rep.rta.get("tasks"):
-        parts.append("<h2>Schedulability with the observed execution times</h2>")
-        parts.append(_table(["task", "budget", "observed max exec", "blocking", "response", "deadline",
-                             "schedulable", "needs"],
-                            [[r["name"], r["budget_ms"], r["observed_wcet_ms"], r["blocking_ms"], r["response_time_ms"],
-                              r["deadline_ms"], r["schedulable"], r["needs_ms"]] for r in rep.rta["tasks"]],
+        parts.append("<h2>Schedulability: the analysis of rt-runtime check with the observed execution times</h2>")
+        parts.append(_table(["task", "worker", "released by", "budget", "observed max exec", "blocking", "response",
+                             "deadline", "schedulable", "needs", "check: response", "check: schedulable"],
+                            [[r["name"], r["worker"], r["released_by"], r["budget_ms"], r["observed_wcet_ms"],
+                              r["blocking_ms"], r["response_time_ms"], r["deadline_ms"], r["schedulable"],
+                              r["needs_ms"], r["configured_response_time_ms"], r["configured_schedulable"]]
+                             for r in rep.rta["tasks"]],
                             [not r["schedulable"] for r in rep.rta["tasks"]]))
     for n in rep.notes:
         parts.append(f"<p>note: {html.escape(n)}</p>")

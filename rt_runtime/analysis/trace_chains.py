@@ -14,11 +14,17 @@ job of the same instance, before that job published: the walk follows the event 
 * latency, per sample read by τ1: from that read to the *first* output built from it;
 * reaction, per sample: the latency plus the time since τ1's previous read (an event that just
   missed the previous read waits that long: Dürr et al.'s reaction time, bound ``sum(T_i + D_i)``);
-  for an event-triggered τ1 (released by the message itself) the latency.
+  for an event-triggered τ1 (released by the message itself) the latency;
+* finished, per sample: from that read to when τn's job that built the first output from it
+  finished (before its LET publish: what a stamp taken inside its op sees).
+
+``compare`` sets each measure beside the bound ``rt-runtime check`` gives for it (``analysis.e2e``):
+latency against chain-LET (the last output visible, from the head's release), reaction against the
+LET reaction bound, data age against the LET data age bound, finished against the response bound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -38,6 +44,12 @@ class ChainTimes:
     reaction_ns: np.ndarray
     worst_jobs: list[int]          # job indices τ1..τn of the oldest output
     note: str = ""
+    finished_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def measures(self) -> dict[str, np.ndarray]:
+        """The measured distributions by name, as ``compare`` and the report show them."""
+        return {"latency": self.latency_ns, "reaction": self.reaction_ns, "data_age": self.data_age_ns,
+                "finished": self.finished_ns}
 
     def to_json(self, bounds: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Distributions in ms (p50/p90/p99/max), the worst job chain, and the analytic bounds if given."""
@@ -46,9 +58,11 @@ class ChainTimes:
                                "data_age_ms": percentiles_ms(self.data_age_ns, q),
                                "latency_ms": percentiles_ms(self.latency_ns, q),
                                "reaction_ms": percentiles_ms(self.reaction_ns, q),
+                               "finished_ms": percentiles_ms(self.finished_ns, q),
                                "worst_job_chain": self.worst_jobs, "note": self.note}
         if bounds:
             out["bounds"] = dict(bounds)
+            out["vs_bounds"] = compare(self, bounds)
         return out
 
 
@@ -111,7 +125,43 @@ def chain_times(tr: Trace, name: str, tasks: Sequence[str]) -> ChainTimes:
         prev = np.full(len(samples), -1, np.int64)
     reaction = np.where(prev >= 0, latency + (samples - prev), latency)
     worst = int(np.argmax(age)) if len(age) else -1
-    return ChainTimes(name, tasks, age, latency, reaction, [int(jb[worst]) for jb in jobs] if worst >= 0 else [])
+    fin = _finish(tr, tasks[-1], jobs[-1][first])
+    return ChainTimes(name, tasks, age, latency, reaction, [int(jb[worst]) for jb in jobs] if worst >= 0 else [],
+                      finished_ns=(fin - samples)[fin >= 0])
+
+
+def _finish(tr: Trace, name: str, jobs: np.ndarray) -> np.ndarray:
+    """Finish instants of the given jobs of one task (-1 where a job has no FINISH, e.g. it was aborted)."""
+    j = tr.jobs
+    rows = j.rows_of(tr.task_id(name))
+    fin = np.full(int(j.job[rows].max(initial=-1)) + 1, -1, np.int64)
+    fin[j.job[rows]] = j.finish[rows]
+    ok = jobs < len(fin)
+    return np.where(ok, fin[np.where(ok, jobs, 0)] if len(fin) else -1, -1)
+
+
+# measure -> (the bound's key in ``ChainBounds.to_json`` + reaction_bound_ms, its name in the report)
+BOUND_OF = {"latency": ("chain_let_ms", "chain-LET"), "reaction": ("reaction_bound_ms", "LET reaction"),
+            "data_age": ("let_data_age_ms", "LET data age"), "finished": ("response_ms", "response")}
+
+
+def compare(times: ChainTimes, bounds: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per measure: its p99 and maximum beside the bound for it, ``ratio`` = bound / measured maximum (below 1:
+    the run went past the bound), and for the latency the per-hop LET bound (every task its own interval)."""
+    out = []
+    for measure, arr in times.measures().items():
+        key, label = BOUND_OF[measure]
+        bound = bounds.get(key)
+        mx = float(arr.max()) / 1e6 if len(arr) else None
+        row = {"measure": measure, "measured_p99_ms": percentiles_ms(arr, (99,))["p99"] if len(arr) else None,
+               "measured_max_ms": mx, "bound": label, "bound_ms": bound,
+               "ratio": bound / mx if bound is not None and mx else None}
+        if measure == "latency":
+            hop = bounds.get("per_hop_let_ms")
+            row["per_hop_let_ms"] = hop
+            row["per_hop_ratio"] = hop / mx if hop is not None and mx else None
+        out.append(row)
+    return out
 
 
 def _triggered(tr: Trace, name: str) -> bool:

@@ -14,17 +14,19 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..core.chain import apply_chains
 from ..core.task import Task, TaskError
 from ..sched.events import REACT_SPEC_HIT, REACT_SPEC_MISS
 from ..sched.events import EventKind as K  # noqa: N814
-from ..sched.policy import Policy
+from ..sched.policy import Policy, partition
 from ..trace.ring import TraceColumns
 from .chains import Chain
+from .cpa import Activation
 from .hardware import hardware_report, measured_jobs
 from .trace_causes import Attributor, MissAccount
 from .trace_chains import ChainTimes, chain_times, wiring_chains
 from .trace_jobs import Trace, build, op_name, percentiles_ms
-from .trace_rta import observed_rta
+from .trace_rta import SystemModel, observed_rta
 
 
 @dataclass
@@ -183,7 +185,9 @@ def _task_stats(tr: Trace, name: str, budget: int | None, med: Mapping[tuple[int
 
 
 def _taskset(tr: Trace, config_tasks: Sequence[Task] | None) -> tuple[list[Task], list[str]]:
-    """Tasks for the analysis: the configuration's, with the timing the run used (``tasks_config``)."""
+    """Tasks for the analysis: the configuration's, with the timing the run used (``tasks_config``). Without
+    a configuration, a periodic task's release offset is read off its releases (the runtime releases it at
+    offset + k T): the analysis pins periodic tasks to their release instants, so a wrong phase would mislead."""
     tc = tr.meta.get("tasks_config", {})
     by_name = {t.name: t for t in config_tasks or ()}
     out, notes = [], []
@@ -195,8 +199,14 @@ def _taskset(tr: Trace, config_tasks: Sequence[Task] | None) -> tuple[list[Task]
                 out.append(base if c is None else dataclasses.replace(
                     base, period_ns=int(c["period_ns"]), deadline_ns=int(c["deadline_ns"]), wcet_ns=int(c["wcet_ns"])))
             elif c is not None:
+                trigger = c.get("trigger")
+                rel = tr.jobs.release[tr.jobs.rows_of(tr.task_id(name))] if name in tr.cols.tasks else \
+                    np.zeros(0, np.int64)
+                rel = rel[rel >= 0]
+                offset = int(rel.min()) % int(c["period_ns"]) if rel.size and not trigger else 0
                 out.append(Task(name, period_ns=int(c["period_ns"]), wcet_ns=int(c["wcet_ns"]),
-                                deadline_ns=int(c["deadline_ns"])))
+                                deadline_ns=int(c["deadline_ns"]), offset_ns=offset,
+                                trigger=str(trigger) if trigger else None))
             else:
                 notes.append(f"task '{name}': no period/deadline/budget in the trace or the configuration")
         except (TaskError, KeyError, TypeError) as e:
@@ -204,10 +214,49 @@ def _taskset(tr: Trace, config_tasks: Sequence[Task] | None) -> tuple[list[Task]
     return out, notes
 
 
+def _partition(tr: Trace, tasks: Sequence[Task], chains: Sequence[Chain], policy: str,
+               explicit: Mapping[str, int] | None) -> dict[str, int] | None:
+    """Task -> worker as the run had it: the worker a task's jobs were released on, where the trace says so;
+    else as the runtime partitions (``sched.policy.partition``: explicit ``worker:`` first, a run-time chain
+    kept together) over the run's worker count. None for one worker."""
+    workers = int(tr.meta.get("workers") or 1)
+    if workers <= 1:
+        return None
+    where = partition(apply_chains(tasks, chains, policy), workers, explicit,
+                      together=[c.tasks for c in chains if c.deadline_ns is not None])
+    j = tr.jobs
+    for t in tasks:
+        if t.name in tr.cols.tasks:
+            seen = np.unique(j.worker[j.rows_of(tr.task_id(t.name))])
+            seen = seen[seen >= 0]
+            if seen.size == 1:
+                where[t.name] = int(seen[0])
+    return where
+
+
+def _chain_bounds(rta: Mapping[str, Any], tasks: Mapping[str, Task]) -> dict[str, dict[str, Any]]:
+    """Per chain: the bounds ``rt-runtime check`` gives (configured budgets), the reaction bound (the LET one,
+    or chain-LET plus the head's sampling wait, whichever is lower) and the response bound with the observed
+    times."""
+    observed = {c["name"]: c for c in rta.get("chains", [])}
+    out = {}
+    for c in (rta.get("check") or {}).get("chains", []):
+        head = tasks.get(c["tasks"][0])
+        wait = None if head is None else 0 if head.is_triggered else (head.period_ns + head.jitter_ns) / 1e6
+        cands = [x for x in (c.get("let_reaction_ms"), None if wait is None or c.get("chain_let_ms") is None
+                             else c["chain_let_ms"] + wait) if x is not None]
+        out[c["name"]] = {**{k: c.get(k) for k in ("chain_let_ms", "per_hop_let_ms", "response_ms", "let_reaction_ms",
+                                                   "let_data_age_ms", "davare_ms", "note")},
+                          "reaction_bound_ms": min(cands) if cands else None,
+                          "observed_response_ms": observed.get(c["name"], {}).get("response_ms")}
+    return out
+
+
 def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequence[Task] | None = None,
                   chains: Sequence[Chain] | None = None, wiring: Mapping[str, Mapping[str, Any]] | None = None,
-                  policy: str | None = None) -> TraceReport:
-    """Analyse a trace; ``tasks``/``chains``/``wiring``/``policy`` come from a configuration when one is known."""
+                  policy: str | None = None, system: SystemModel | None = None) -> TraceReport:
+    """Analyse a trace; ``tasks``/``chains``/``wiring``/``policy`` come from a configuration when one is known,
+    and ``system`` (what releases each task, who publishes on finish, explicit workers as ``partition``) too."""
     tr = build(cols, meta)
     pol = str(meta.get("policy") or policy or "unknown")
     notes: list[str] = []
@@ -242,7 +291,8 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
                 key = "+".join(a.cause)
                 s.causes[key] = s.causes.get(key, 0) + 1
 
-    hw_jobs = measured_jobs(cols, meta)
+    # measured_jobs walks every release in Python: only worth it when the run measured steps (budget timing).
+    hw_jobs = measured_jobs(cols, meta) if bool(np.any(cols.kind == K.MEASURED)) else []
     chain_list = [(c.name, c.tasks) for c in chains] if chains else wiring_chains(wiring or {})
     chain_res = [chain_times(tr, n, ts) for n, ts in chain_list if all(t in tr.tasks for t in ts)]
     rta = None
@@ -259,12 +309,21 @@ def analyze_trace(cols: TraceColumns, meta: Mapping[str, Any], *, tasks: Sequenc
         deadlines = {c.name: c.deadline_ns for c in chains or ()}
         rchains = [Chain(n, tuple(ts), deadlines.get(n)) for n, ts in chain_list if all(t in names for t in ts)]
         writes = {n: {str(v) for v in (e.get("outputs") or {}).values()} for n, e in (wiring or {}).items()}
-        rta = observed_rta(taskset, exec_max, longest, pol, rchains, writes)
+        sm = system or SystemModel()
+        try:
+            where = _partition(tr, taskset, rchains, pol, sm.partition)
+        except (TaskError, ValueError):   # e.g. a chain that cannot run: the analysis below names it
+            where = None
+        # A writer the trace does not know (a task of the configuration that is not in this run) releases
+        # nothing here: its reader is taken as released by ingress.
+        acts = {n: a if all(w in names for w in a.writers) else Activation("ingress")
+                for n, a in (sm.activations or {}).items() if n in names}
+        sm = dataclasses.replace(sm, activations=acts, partition=where, writes=writes)
+        rta = observed_rta(taskset, exec_max, longest, pol, rchains, writes, sm)
         cut = [f"{s.name} ({s.aborted})" for s in stats if s.aborted]
         if cut:
             notes.append("observed execution times are lower bounds where jobs were aborted before their last op: "
                          + ", ".join(cut))
-        bounds = {c["name"]: {k: c[k] for k in ("let_reaction_ms", "let_data_age_ms", "davare_ms", "note")}
-                  for c in rta.get("chains", [])}
+        bounds = _chain_bounds(rta, {t.name: t for t in taskset})
     hw = hardware_report(cols, meta, jobs=hw_jobs) if hw_jobs else None
     return TraceReport(tr, pol, stats, op_rows, accounts, chain_res, bounds, rta, notes, hw)

@@ -75,20 +75,62 @@ def miss_lines(rep: TraceReport, limit: int = 20) -> list[str]:
     return out
 
 
+_LABELS = {"latency": "latency", "reaction": "reaction", "data_age": "data age", "finished": "finished"}
+
+
 def chain_lines(rep: TraceReport) -> list[str]:
-    """Per chain: latency, reaction and data age distributions, and the LET bounds."""
+    """Per chain: latency, reaction, data age and finish distributions beside the bounds `check` gives."""
     out = []
     for c in rep.chains:
         j = c.to_json(rep.chain_bounds.get(c.name))
         out.append(f"{c.name} ({' -> '.join(c.tasks)}): {j['outputs']} outputs" + (f"; {c.note}" if c.note else ""))
-        for key, label in (("latency_ms", "latency"), ("reaction_ms", "reaction"), ("data_age_ms", "data age")):
-            p = j[key]
-            out.append(f"    {label:<9} p50 {p['p50']:.2f}  p99 {p['p99']:.2f}  max {p['max']:.2f} ms")
+        vs = {v["measure"]: v for v in j.get("vs_bounds", [])}
+        if vs:
+            out.append(f"    {'ms':<9} {'p50':>8} {'p99':>8} {'max':>8} | {'bound':>8} {'(rt-runtime check)':<34} "
+                       f"{'bound/max':>9}")
+        for key, label in _LABELS.items():
+            p = j[f"{key}_ms"]
+            line = f"    {label:<9} {p['p50']:>8.2f} {p['p99']:>8.2f} {p['max']:>8.2f}"
+            v = vs.get(key)
+            if v is not None:
+                what = v["bound"] + (f" (per-hop LET {v['per_hop_let_ms']:.2f})" if v.get("per_hop_let_ms") is not None
+                                     and v["per_hop_let_ms"] != v["bound_ms"] else "")
+                ratio = "" if v["ratio"] is None else f"{v['ratio']:.2f}" + (" past the bound!" if v["ratio"] < 1
+                                                                              else "")
+                line += f" | {_f(v['bound_ms'], 8)} {what:<34} {ratio:>9}"
+            out.append(line)
         b = j.get("bounds")
-        if b:
-            out.append(f"    LET bounds (observed times): reaction {_f(b['let_reaction_ms'], 0)} ms, "
-                       f"data age {_f(b['let_data_age_ms'], 0)} ms" + (f" ({b['note']})" if b.get("note") else ""))
+        if b and b.get("note"):
+            out.append(f"    ({b['note']})")
+    if any(c.name in rep.chain_bounds for c in rep.chains):
+        out.append("(from the first task's release; latency to the first output built from a sample, against "
+                   "chain-LET: visible as configured; per-hop LET: every task its own LET interval; finished: "
+                   "the last task done, against its response bound; '-': no bound, see the note)")
     return out or ["no chain (none configured, and no task wiring in the configuration)"]
+
+
+def rta_lines(rta: dict) -> list[str]:
+    """The rerun of `check`'s analysis with the observed times, per task, and both verdicts."""
+    out = []
+    if rta.get("tasks"):
+        w = max(len("released by"), *(len(r["released_by"] or "-") for r in rta["tasks"]))
+        n = max(len("task"), *(len(r["name"]) for r in rta["tasks"]))
+        out.append(f"{'task':<{n}} {'worker':>6}  {'released by':<{w}} {'obs wcet':>8} {'budget':>7} {'blocking':>8} "
+                   f"{'response':>8} {'deadline':>8} {'verdict':<7} | {'check':>8} verdict")
+        for r in rta["tasks"]:
+            verdict = "ok" if r["schedulable"] else "MISS"
+            conf = "ok" if r["configured_schedulable"] else "MISS"
+            out.append(f"{r['name']:<{n}} {'-' if r['worker'] is None else r['worker']:>6}  "
+                       f"{r['released_by'] or '-':<{w}} {r['observed_wcet_ms']:>8.2f} {r['budget_ms']:>7.2f} "
+                       f"{r['blocking_ms']:>8.2f} {_f(r['response_time_ms'], 8)} {r['deadline_ms']:>8.2f} "
+                       f"{verdict:<7} | {_f(r['configured_response_time_ms'], 8)} {conf}")
+        out.append("(ms; response: worst case with the observed times; check: the same analysis with the budgets)")
+    out.append(rta["verdict"])
+    chk = rta.get("check")
+    if chk is not None:
+        out.append("with the configured budgets (rt-runtime check): " + (
+            "schedulable" if chk["schedulable"] else f"not schedulable; can miss: {', '.join(chk['can_miss'])}"))
+    return out
 
 
 def format_report(rep: TraceReport, source: str = "", limit: int = 20) -> str:
@@ -106,7 +148,8 @@ def format_report(rep: TraceReport, source: str = "", limit: int = 20) -> str:
         lines += ["", "the logical timeline above takes each op's budget; the hardware timeline beside it:",
                   *format_hardware({**rep.hardware, "missed": rep.hardware["missed"][:limit]})]
     if rep.rta is not None:
-        lines += ["", "schedulability", rep.rta["verdict"]]
+        lines += ["", "schedulability (the analysis of rt-runtime check, rerun with the observed times)",
+                  *rta_lines(rep.rta)]
     if rep.notes:
         lines += ["", *("note: " + n for n in rep.notes)]
     return "\n".join(lines)

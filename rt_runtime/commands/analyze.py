@@ -32,13 +32,16 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
 
 
 def load_config(path: str, explicit: bool) -> dict[str, Any]:
-    """Tasks, chains, wiring and policy of a config file; {} when an implicit one cannot be read."""
+    """Tasks, chains, wiring, policy and what releases each task (as `check` reads them) of a config file;
+    {} when an implicit one cannot be read."""
+    from ..analysis.trace_rta import SystemModel
     from ..cli import UsageError
-    from ..config.taskset import ConfigError, load_taskset, load_yaml
+    from ..config.taskset import ConfigError, load_taskset, load_yaml, task_releases
 
     try:
         policy, tasks, chains = load_taskset(path)
         doc = load_yaml(path)
+        acts, on_finish, explicit, _ = task_releases(path)
     except (ConfigError, ValueError, OSError) as e:
         if explicit:
             raise UsageError(str(e)) from None
@@ -47,7 +50,8 @@ def load_config(path: str, explicit: bool) -> dict[str, Any]:
     raw = doc.get("tasks") or []
     entries = {e["name"]: e for e in raw if isinstance(e, dict) and "name" in e} if isinstance(raw, list) else \
         {n: {"name": n, **(f or {})} for n, f in raw.items()}
-    return {"tasks": tasks, "chains": chains, "wiring": entries, "policy": policy}
+    return {"tasks": tasks, "chains": chains, "wiring": entries, "policy": policy,
+            "system": SystemModel(acts, on_finish, explicit)}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
               f"and priorities come from the trace alone (pass --config FILE)", file=sys.stderr)
     try:
         rep = analyze_trace(cols, meta, tasks=cfg.get("tasks"), chains=cfg.get("chains") or None,
-                            wiring=cfg.get("wiring"), policy=cfg.get("policy"))
+                            wiring=cfg.get("wiring"), policy=cfg.get("policy"), system=cfg.get("system"))
     except (ValueError, KeyError, IndexError) as e:   # a well-formed file whose contents make no sense
         raise UsageError(f"{args.trace}: cannot analyse this trace ({type(e).__name__}: {e})") from None
     written: list[str] = []
