@@ -122,7 +122,8 @@ def every_key_doc():
     tasks["radar_objects"].update(priority=1, blocking="0ms", jitter="0ms", offset="0ms", group="perception",
                                   worker=0, publish="let", optional=["radar"],
                                   redundancy={"mode": "dual", "compare": "tolerance", "atol": 1e-5, "rtol": 0.0,
-                                              "budget": "nominal"})
+                                              "budget": "nominal", "checks": {"radar_object_count": {"capacity": 64}},
+                                              "cost": "100us"})
     tasks["planning"].update(fallback_args={})
     tasks["planning"]["speculate"]["margin"] = 2.0
     doc["channels"][0]["depth"] = 1

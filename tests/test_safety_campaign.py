@@ -1,12 +1,13 @@
 """The campaign goals on the reference stack, through short replays of the built-in scenario.
 
-Every single bit flip in the redundant planner's outputs is detected and never published; no
+Every single bit flip, into any task's outputs, is detected or masked, never published wrong; no
 fault class crashes the runtime; a valid trajectory (nominal or minimal-risk) is published every
-planning period under every single fault; nothing leaks (threads, executors, arenas).
+planning period under every single fault, and a hang's effect is gone by the end of the run;
+nothing leaks (threads, executors, arenas). Every op takes its budget (budget timing), so these
+runs follow from the configuration and the scenario alone, not from this machine's load.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -19,23 +20,23 @@ from rt_runtime.replay.defaults import default_config
 from rt_runtime.safety.audit import leaked, snapshot, soak
 from rt_runtime.safety.campaign import judge, load_campaign, published, stack_under_test
 from rt_runtime.safety.harness import Harness, Scenario
-from rt_runtime.safety.inject import INGRESS_CLASSES, OP_CLASSES, plan
-from rt_runtime.sched.events import COMPARE_VOTED, EventKind
+from rt_runtime.safety.inject import FIELDS, INGRESS_CLASSES, OP_CLASSES, plan
+from rt_runtime.sched.events import COMPARE_MATCH, EventKind
 
 MS = 1_000_000
 CAMPAIGN = Path(__file__).resolve().parents[1] / "config" / "campaign.yaml"
+TASKS = ("planning", "fusion_tracking", "prediction", "lidar_objects", "camera_objects", "radar_objects")
 
 
 @pytest.fixture(scope="module")
 def stack(short_bag):  # noqa: F811
-    """The campaign's stack under test on 2.5 s of the scenario: calibrated, with its golden run."""
+    """The campaign's stack under test on 2.2 s of the scenario, with its golden run."""
     before = snapshot()
     c = load_campaign(CAMPAIGN)
-    c.duration_ns, c.inject_ns, c.settle_ns = 2_500_000_000, (600 * MS, 1_100 * MS), 400 * MS
+    c.duration_ns, c.inject_ns, c.settle_ns = 2_200_000_000, (600 * MS, 1_100 * MS), 400 * MS
     cfg = stack_under_test(default_config(), c)
     sc = Scenario(short_bag, cfg, c.duration_ns)
     h = Harness(cfg, sc, c.planner, monitor=c.monitor, clear_after=c.hysteresis, stall_after_ns=c.stall_after_ns)
-    h.calibrate()
     golden = h.run()
     assert golden.crash is None and not golden.detections and not golden.machine.transitions
     yield c, cfg, h, golden, before
@@ -47,22 +48,25 @@ def _planner_out(h: Harness) -> tuple[str, str]:
     return b.outputs["trajectory"], b.outputs["plan_status"]
 
 
-def test_every_bit_flip_in_the_redundant_planners_outputs_is_detected(stack) -> None:
+def test_every_bit_flip_is_detected_or_masked_never_published_wrong(stack) -> None:
     c, cfg, h, golden, _ = stack
-    drawn = plan("bitflip", 8, ["planning"], np.random.default_rng(11), (0, 1), h.graphs, outputs_only=True)
-    traj, status = _planner_out(h)
-    # Single faults: 550 ms apart, so no two land in one job and the monitor never escalates.
-    for part in (drawn[:4], drawn[4:]):
-        flips = [dataclasses.replace(i, t_ns=550 * MS * (k + 1) + 50 * MS * (i.id >= 4)) for k, i in enumerate(part)]
-        run = h.run(flips)
-        assert run.crash is None and len(run.fired) == len(flips)
-        votes = [e[1] for e in run.events if e[0] == EventKind.COMPARE and e[2] == "planning" and e[4] == COMPARE_VOTED]
-        for inj, landed in run.fired:
-            assert any(landed <= t < landed + 100 * MS for t in votes), inj.describe()
-        assert len(votes) == len(flips) and run.machine.entries["minimal_risk"] == 0
-        assert set(run.outputs[traj]) == set(golden.outputs[traj])
-        for t, x in run.outputs[traj].items():   # outvoted: the published plans are the golden ones, bit for bit
-            assert np.array_equal(x, golden.outputs[traj][t]) and int(run.outputs[status][t][0]) == 0, t
+    # One flip per task, the fields (sign, exponent, mantissa, integer) in turn across them.
+    drawn = [plan("bitflip", k % len(FIELDS) + 1, [task], np.random.default_rng(11 + k), c.inject_ns, h.graphs,
+                  k, outputs_only=True, fields=True)[-1] for k, task in enumerate(TASKS)]
+    assert {i.field for i in drawn} == set(FIELDS) and {i.target for i in drawn} == set(TASKS)
+    for inj in drawn:
+        run = h.run([inj])
+        out = judge(golden, run, inj, _planner_out(h), c, cfg.egress)
+        assert out.landed_ns is not None and not out.crash, inj.describe()
+        assert out.detected or out.masked, inj.describe()
+        assert not out.wrong_output and out.missing_plans == 0 and out.deadline_misses == 0, inj.describe()
+        if inj.target in ("fusion_tracking", "prediction"):   # dual: the flipped copy is outvoted, the
+            # published outputs are the golden ones bit for bit
+            verdicts = [e[4] for e in run.events if e[0] == EventKind.COMPARE and e[2] == inj.target]
+            assert verdicts.count(COMPARE_MATCH) == len(verdicts) - 1, inj.describe()
+            for topic, msgs in published(run, cfg.egress).items():
+                gold = published(golden, cfg.egress)[topic]
+                assert all(np.array_equal(x, gold[t]) for t, x in msgs.items()), inj.describe()
 
 
 def test_no_class_crashes_and_a_plan_is_published_every_period(stack) -> None:
@@ -81,13 +85,15 @@ def test_no_class_crashes_and_a_plan_is_published_every_period(stack) -> None:
         out = judge(golden, h.run([inj]), inj, _planner_out(h), c, cfg.egress)
         assert not out.crash, inj.describe()
         assert out.landed_ns is not None, inj.describe()
-        # A hung planner copy costs the 30 ms stall, then the voting copy runs: with costs calibrated on a
-        # slow or busy machine that job can end past its period once (docs/SAFETY.md); never more.
-        assert out.missing_plans <= (1 if (inj.cls, inj.target) == ("hang", "planning") else 0), inj.describe()
-        if inj.cls in ("exception", "hang", "nan_input", "drop", "arena"):   # an overrun within budget is no fault
+        # A LiDAR sweep lost (its job re-run past its 45 ms deadline, or the message rejected, dropped or
+        # late) releases no fusion -> planning chain that cycle: the planner runs on its own 1.5 periods
+        # after the last chain, one planning instant later than the golden run (docs/SAFETY.md).
+        lidar = inj.target in ("lidar_objects", "/sensing/lidar/points")
+        assert out.missing_plans <= (1 if lidar else 0) and not out.wrong_output, inj.describe()
+        if inj.cls in ("exception", "hang", "nan_input", "drop", "arena", "corrupt"):
             assert out.detected, inj.describe()
-        if inj.target == "planning":
-            assert not out.wrong_output, inj.describe()
+        if inj.cls == "hang":   # the re-run masks it: the outputs are the golden ones again by the end
+            assert out.recovered, inj.describe()
 
 
 def test_faults_command_prints_one_json_document(short_bag, tmp_path, capsys) -> None:  # noqa: F811
@@ -96,7 +102,7 @@ def test_faults_command_prints_one_json_document(short_bag, tmp_path, capsys) ->
 duration: "1.5s"
 inject: {from: "0.6s", to: "0.8s"}
 settle: "300ms"
-stack: {tasks: {planning: {redundancy: dual}}}
+stack: {workers: 2, tasks: {planning: {redundancy: dual}}}
 classes:
   bitflip: {n: 1, outputs_only: true, tasks: [planning]}
   drop: {n: 1, topics: [/sensing/lidar/points]}
@@ -105,7 +111,7 @@ classes:
     doc = json.loads(capsys.readouterr().out)
     assert [k["name"] for k in doc["classes"]] == ["bitflip", "drop"]
     for k in doc["classes"]:
-        assert {"injected", "detected", "recovered", "wrong_output", "crashes"} <= set(k)
+        assert {"injected", "detected", "masked", "recovered", "wrong_output", "crashes"} <= set(k)
         assert k["injected"] == 1 and k["crashes"] == 0
     assert doc["classes"][0]["detected"] == 1 and doc["classes"][0]["wrong_output"] == 0
     assert main(["faults", "--campaign", str(tmp_path / "missing.yaml")]) == 2

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 STEP_NS = 10_000   # budgets are rounded up to 10 us
 MAX_RUNS = 3       # time redundancy runs a graph at most three times per job
@@ -64,8 +64,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     return p
 
 
-def measure(trace: str | Path) -> dict[str, Budget]:
-    """Per task, p99 of one run's execution time and of each primary-graph op, from MEASURED events."""
+def measure(trace: str | Path, checked: Mapping[str, str] | None = None) -> dict[str, Budget]:
+    """Per task, p99 of one run's execution time and of each primary-graph op, from MEASURED events.
+
+    ``checked``: task -> ``"each"`` (output invariants: a check step after every run) or ``"last"``
+    (dual/triple with checks: one after the vote); those steps are left out (their ``cost`` is declared)."""
     import numpy as np
 
     from ..sched.events import EventKind as K
@@ -85,6 +88,15 @@ def measure(trace: str | Path) -> dict[str, Budget]:
     for (t, _), mine in steps.items():
         name = cols.tasks[t]
         n = len(meta["ops"][name])
+        how = (checked or {}).get(name)
+        if how == "each":   # run r's op j is step r (n + 1) + j; step r (n + 1) + n is its check
+            if (mine[-1][0] + 1) % (n + 1):
+                continue
+            mine = [(i // (n + 1) * n + i % (n + 1), ns) for i, ns in mine if i % (n + 1) != n]
+        elif how == "last":
+            mine = mine[:-1]
+        if not mine:
+            continue
         total = mine[-1][0] + 1   # steps of a redundant job count on: copy k's op i is step k * n + i
         if total % n or not 1 <= total // n <= MAX_RUNS:
             continue              # a job cut short or one that also ran its fallback: not a clean run
@@ -99,6 +111,18 @@ def measure(trace: str | Path) -> dict[str, Budget]:
     return {name: Budget(name, len(v), max(runs_of[name]), float(np.percentile(v, 99)),
                          {op: float(np.percentile(s, 99)) for op, s in zip(meta["ops"][name], ops_of[name]) if s})
             for name, v in per_run.items()}
+
+
+def checked_steps(cfg: Any) -> dict[str, str]:
+    """Task -> where its jobs run declared output checks (``measure``'s ``checked``)."""
+    from ..safety.spec import parse_redundancy
+
+    out = {}
+    for name, e in cfg.entries.items():
+        spec = parse_redundancy(e.get("redundancy"))
+        if spec is not None and spec.checks:
+            out[name] = "each" if spec.mode == "invariants" else "last"
+    return out
 
 
 def round_up(ns: float) -> int:
@@ -293,7 +317,7 @@ def _run(args: argparse.Namespace, staged: list[Any]) -> int:
         try:   # speculation off: the budgets are for the mandatory jobs
             replay(bag, cfg, speed="max", timing="measured", trace=trace, speculate=False,
                    progress=sys.stderr.isatty() and not args.json)
-            budgets = measure(trace)
+            budgets = measure(trace, checked_steps(cfg))
         except (ConfigError, ReplayError, TraceFileError, ValueError, OSError) as e:
             raise UsageError(str(e)) from None
     budgets = {name: budgets.get(name) or Budget(name, note="not measured (no complete job in the bag): kept")

@@ -72,11 +72,79 @@ class Join(_Model):
     """exact: equal stamps (window 0); approximate: within 'window'; latest: the newest of each."""
 
 
+class Kinematics(_Model):
+    """A trajectory's (x, y, yaw, v, t rows) physical consistency."""
+
+    dt: Annotated[float, Field(gt=0)]
+    """Seconds between rows (the t column must be on this grid)."""
+    v_max: Annotated[float, Field(gt=0)]
+    """Highest plausible speed, m/s."""
+    a_max: Annotated[float, Field(gt=0)] = 10.0
+    """Highest plausible |acceleration|, m/s^2."""
+    tol: Annotated[float, Field(gt=0)] = 0.25
+    """How far a step's length may be from what its speeds give, m."""
+    yaw_tol: Annotated[float, Field(gt=0)] = 0.1
+    """How far the yaw may be from the direction of travel, rad."""
+    kappa_max: Annotated[float, Field(gt=0)] = 0.2
+    """Highest plausible curvature, 1/m (widens the yaw tolerance over a step)."""
+
+
+class Steps(_Model):
+    """Predicted paths (rows x steps x (x, y)): no step faster than v_max."""
+
+    dt: Annotated[float, Field(gt=0)]
+    """Seconds between steps."""
+    v_max: Annotated[float, Field(gt=0)]
+    """Highest plausible speed, m/s."""
+
+
+Bounds = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class OutputChecks(_Model):
+    """What must hold of one graph output when it is published (rt_runtime/safety/invariants.py)."""
+
+    rows: str | None = None
+    """The output holding this one's valid row count (checks read only those rows)."""
+    capacity: Annotated[int, Field(ge=0)] | None = None
+    """For a count: 0 <= value <= capacity."""
+    finite: bool = True
+    """No NaN or Inf in the valid rows."""
+    range: Union[Bounds, dict[int, Bounds], None] = None
+    """[low, high] for every element, or column -> [low, high]."""
+    integer: list[Annotated[int, Field(ge=0)]] | None = None
+    """Columns whose values are whole numbers (ids, classes, counters)."""
+    ordered: list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]] | None = None
+    """[a, b] pairs: column a below column b in every valid row (a box's corners)."""
+    zero_padding: bool = False
+    """Rows past the count are all zero."""
+    increasing: Annotated[int, Field(ge=0)] | None = None
+    """An id column, strictly increasing over the valid rows."""
+    split: str | None = None
+    """With increasing: ids increase within the rows before this output's count and within the rest."""
+    below: str | None = None
+    """The output every id must be below (e.g. the next id)."""
+    at_most: str | None = None
+    """For a count: not above this other count output."""
+    equals: Annotated[list[Union[str, Annotated[int, Field(ge=0)]]], Field(min_length=2, max_length=2)] | None = None
+    """[input or output, element index]: a scalar output bit-equal to that element (a stamp passed on)."""
+    partition: Annotated[list[Union[float, str]], Field(min_length=2, max_length=2)] | None = None
+    """[threshold, split output]: the valid rows before the split are at or above it, the rest below."""
+    speed: Annotated[list[float], Field(min_length=3, max_length=3)] | None = None
+    """[vx column, vy column, max m/s]."""
+    positive_definite: bool = False
+    """Each valid row is a symmetric positive-definite matrix (a covariance)."""
+    kinematics: Kinematics | None = None
+    """The output is a trajectory: times on the grid, speeds, accelerations and steps consistent."""
+    steps: Steps | None = None
+    """The output is predicted paths: no step faster than v_max."""
+
+
 class Redundancy(_Model):
     """How many copies of each job run and how their outputs are compared (docs/SAFETY.md)."""
 
-    mode: Literal["dual", "triple"] = "dual"
-    """dual: two copies (a third votes on a mismatch); triple: three."""
+    mode: Literal["dual", "triple", "invariants"] = "dual"
+    """dual: two copies (a third votes on a mismatch); triple: three; invariants: one, its outputs checked."""
     compare: Literal["exact", "tolerance"] | None = None
     """exact: bit for bit (the default without atol/rtol); tolerance: |a-b| <= atol + rtol |b|."""
     atol: Annotated[float, Field(ge=0)] = 0.0
@@ -85,6 +153,10 @@ class Redundancy(_Model):
     """Relative tolerance (compare: tolerance)."""
     budget: Literal["nominal", "worst_case"] = "nominal"
     """What wcet is multiplied by for the analysis and the watchdog: the copies, or 3 (a vote)."""
+    checks: dict[str, OutputChecks] | None = None
+    """Output -> the invariants it must satisfy at publish (required by mode invariants)."""
+    cost: Duration | None = None
+    """CPU time of the checks per job, added to the budget (default 150us per checked output)."""
 
 
 NonNegative = Annotated[float, Field(ge=0)]
@@ -282,8 +354,8 @@ class StackFile(_Model):
     """Topic -> codec -> channel(s)."""
     egress: list[Egress] | None = None
     """Channels -> codec -> topic."""
-    device: Annotated[str, StringConstraints(pattern=r"^(cpu|cuda(:[0-9]{1,4})?)$")] | None = None
-    """cpu (default), cuda or cuda:N."""
+    device: Annotated[str, StringConstraints(pattern=r"^(cpu|cpu-async|cuda(:[0-9]{1,4})?)$")] | None = None
+    """cpu (default), cpu-async (the asynchronous CPU twin of CUDA), cuda or cuda:N."""
     workers: Annotated[int, Field(ge=1, le=1024)] | None = None
     """Worker threads running jobs (default 1)."""
     threads: Annotated[int, Field(ge=1, le=1024)] | None = None

@@ -95,8 +95,8 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
             spec = parse_redundancy(entry["redundancy"])
         except ValueError as e:
             raise fail("redundancy", str(e)) from None
-        if spec is not None:   # wcet is one run; a redundant job runs 2-3 (docs/SAFETY.md, "Budgets")
-            d["wcet"] *= spec.budget_factor
+        if spec is not None:   # wcet is one run; a redundant job runs 1-3, plus its checks (docs/SAFETY.md, "Budgets")
+            d["wcet"] = spec.budget_ns(d["wcet"])
     if entry.get("speculate") is not None:
         from ..safety.spec import parse_speculate
 

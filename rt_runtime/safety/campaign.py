@@ -5,6 +5,9 @@ with the golden run of the same scenario, from the instant the fault landed:
 
 * ``detected``: the runtime reported something the golden run did not (a comparison verdict, a
   miss, an overrun, a stall, a failed job, a rejected, silent or late sensor);
+* ``masked``: nothing was detected and every published output stayed within ``tolerance`` of the
+  golden one (the fault did not matter: it hit rows past a count, bits below the tolerance, an
+  output nobody publishes, or a value the next stage does not depend on);
 * ``wrong_output``: what a vehicle must never get, a silently wrong output: a published output
   (trajectory, objects) differs from the golden one beyond ``tolerance`` before the runtime had
   detected anything (a minimal-risk trajectory is never wrong: it is the detected fallback);
@@ -31,8 +34,9 @@ from .harness import Harness, RunRecord, Scenario
 from .inject import CLASSES, INGRESS_CLASSES, OP_CLASSES, Injection, plan
 
 CAMPAIGN_KEYS = ("seed", "duration", "inject", "settle", "planner", "tolerance", "recovered_within", "stack",
-                 "monitor", "hysteresis", "stall_after", "classes", "description")
-CLASS_KEYS = ("n", "tasks", "topics", "outputs_only", "magnitude", "delay", "values")
+                 "monitor", "hysteresis", "stall_after", "classes", "description", "timing")
+CLASS_KEYS = ("n", "tasks", "topics", "outputs_only", "fields", "magnitude", "delay", "values")
+TIMINGS = ("budget", "calibrated")
 
 
 @dataclass
@@ -50,6 +54,7 @@ class CampaignConfig:
     recover_atol: float = 0.5
     recover_rtol: float = 1e-2
     stall_after_ns: int | None = None
+    timing: str = "budget"
     stack: Mapping[str, Any] = field(default_factory=dict)
     monitor: dict[str, Any] = field(default_factory=dict)
     hysteresis: dict[int, int] = field(default_factory=lambda: {DEGRADED: 5, MINIMAL_RISK: 10})
@@ -81,6 +86,9 @@ def parse_campaign(doc: Mapping[str, Any], source: str) -> CampaignConfig:
     if not c.inject_ns[0] <= c.inject_ns[1] < c.duration_ns - c.settle_ns:
         raise ConfigError(source, "inject: expected from <= to < duration - settle")
     c.planner = str(doc.get("planner", c.planner))
+    c.timing = doc.get("timing", c.timing)
+    if c.timing not in TIMINGS:
+        raise ConfigError(source, f"timing: expected one of {', '.join(TIMINGS)}, found {c.timing!r}")
     if doc.get("stall_after") is not None:
         c.stall_after_ns = _dur(source, "stall_after", doc["stall_after"])
     tol = doc.get("tolerance") or {}
@@ -128,11 +136,13 @@ def load_campaign(path: str | Path) -> CampaignConfig:
 
 
 def stack_under_test(stack_path: str | Path, campaign: CampaignConfig) -> StackConfig:
-    """The stack file with the campaign's overrides applied: per task (e.g. redundancy), and ``chains``
+    """The stack file with the campaign's overrides applied: per task (e.g. redundancy; ``a.b`` sets key
+    ``b`` inside the task's mapping ``a``, e.g. ``redundancy.mode``), and ``chains`` and ``workers``
     (replaced whole when given)."""
     doc = load_yaml(stack_path)
-    if "chains" in (campaign.stack or {}):
-        doc["chains"] = campaign.stack["chains"]
+    for key in ("chains", "workers"):
+        if key in (campaign.stack or {}):
+            doc[key] = campaign.stack[key]
     over = (campaign.stack or {}).get("tasks") or {}
     entries = doc.get("tasks") or []
     names = {e.get("name") for e in entries}
@@ -141,7 +151,15 @@ def stack_under_test(stack_path: str | Path, campaign: CampaignConfig) -> StackC
             raise ConfigError(campaign.source, f"stack.tasks: no task named {name!r} in {stack_path}")
         for e in entries:
             if e.get("name") == name:
-                e.update(fields)
+                for key, value in fields.items():
+                    outer, _, inner = str(key).partition(".")
+                    if inner and not isinstance(e.get(outer), dict):
+                        raise ConfigError(campaign.source, f"stack.tasks.{name}.{key}: task {name!r} has no "
+                                                           f"mapping {outer!r} in {stack_path}")
+                    if inner:
+                        e[outer] = {**e[outer], inner: value}
+                    else:
+                        e[key] = value
     return parse_stack(doc, str(stack_path))
 
 
@@ -167,7 +185,8 @@ def draw(campaign: CampaignConfig, harness: Harness, cfg: StackConfig) -> dict[s
                 raise ConfigError(campaign.source, f"classes.{name}.topics: unknown topic(s) {sorted(unknown)}")
         mag = tuple(spec.get("magnitude", (0.3, 0.9)))
         out[name] = plan(name, spec["n"], targets, rng, campaign.inject_ns, harness.graphs, next_id,
-                         bool(spec.get("outputs_only", False)), mag)   # type: ignore[arg-type]
+                         bool(spec.get("outputs_only", False)), mag,   # type: ignore[arg-type]
+                         fields=bool(spec.get("fields", False)))
         next_id += spec["n"]
     return out
 
@@ -180,6 +199,7 @@ class Outcome:
     injection: Injection
     landed_ns: int | None
     detected: bool = False
+    masked: bool = False
     recovered: bool = False
     wrong_output: bool = False
     crash: bool = False
@@ -191,7 +211,9 @@ class Outcome:
 
 # What an egress codec actually publishes of its channels (the rest is internal state, e.g. a
 # track's age and miss counters, which stay off by one forever after one missed update).
-PUBLISHED = {"markers": lambda v: np.asarray(v["tracks"])[: int(np.asarray(v["count"]).reshape(-1)[0]), :9]}
+# A nav_msgs/Path carries each row's x, y, yaw and stamp (t), not its speed (rt_runtime/io/egress.py).
+PUBLISHED = {"markers": lambda v: np.asarray(v["tracks"])[: int(np.asarray(v["count"]).reshape(-1)[0]), :9],
+             "path": lambda v: np.asarray(v["trajectory"])[:, [0, 1, 2, 4]]}
 
 
 def published(run: RunRecord, routes: list[Any]) -> dict[str, dict[int, np.ndarray]]:
@@ -248,6 +270,7 @@ def judge(golden: RunRecord, run: RunRecord, inj: Injection, planner_out: tuple[
     late = {(topic, t) for pub in (mine, gold_pub) for topic, m in pub.items() for t in m if t >= window}
     out.recovered = bool(late) and all(_same(mine.get(tp, {}).get(t), gold_pub.get(tp, {}).get(t),
                                              campaign.recover_atol, campaign.recover_rtol) for tp, t in late)
+    out.masked = not out.detected and not out.wrong_output
     traj = run.outputs.get(traj_ch, {})
     for t in golden.outputs.get(traj_ch, {}):
         if t < landed:
@@ -275,7 +298,8 @@ class ClassResult:
         o = self.outcomes
         landed = [x for x in o if x.landed_ns is not None or x.crash]
         return {"name": self.name, "injected": len(landed), "detected": sum(x.detected for x in o),
-                "recovered": sum(x.recovered for x in o), "wrong_output": sum(x.wrong_output for x in o),
+                "masked": sum(x.masked for x in o), "recovered": sum(x.recovered for x in o),
+                "wrong_output": sum(x.wrong_output for x in o),
                 "crashes": sum(x.crash for x in o), "deadline_misses": sum(x.deadline_misses for x in o),
                 "degrade_entries": sum(x.degrade_entries for x in o), "missing_plans": sum(x.missing_plans for x in o),
                 "not_landed": len(o) - len(landed)}
@@ -303,13 +327,14 @@ def run_campaign(campaign: CampaignConfig, cfg: StackConfig, bag: str | Path,
     try:
         h = Harness(cfg, scenario, campaign.planner, monitor=campaign.monitor, clear_after=campaign.hysteresis,
                     stall_after_ns=campaign.stall_after_ns)
-        h.calibrate()
+        if campaign.timing == "calibrated":
+            h.calibrate()
         golden = h.run()
         if golden.crash is not None:
             raise RuntimeError(f"the golden run failed: {golden.crash}")
         b = next(b for b in h.bindings if b.name == campaign.planner)
         planner_out = (b.outputs.get("trajectory", next(iter(b.outputs.values()))), b.outputs.get("plan_status"))
-        results, runs = [], 2
+        results, runs = [], 2 if campaign.timing == "calibrated" else 1
         for name, injections in draw(campaign, h, cfg).items():
             outcomes = []
             for inj in injections:
@@ -330,8 +355,8 @@ def describe(o: Outcome) -> str:
         return f"{o.injection.describe()}: CRASH"
     if o.landed_ns is None:
         return f"{o.injection.describe()}: did not land"
-    flags = [f"landed {o.landed_ns / 1e9:.3f}s", f"detected ({o.first_detection})" if o.detected else "undetected",
-             "recovered" if o.recovered else "not recovered"]
+    flags = [f"landed {o.landed_ns / 1e9:.3f}s", f"detected ({o.first_detection})" if o.detected
+             else "masked" if o.masked else "undetected", "recovered" if o.recovered else "not recovered"]
     flags += ["WRONG OUTPUT"] * o.wrong_output + [f"{o.missing_plans} plan(s) missing"] * bool(o.missing_plans)
     flags += [f"{o.deadline_misses} miss(es)"] * bool(o.deadline_misses)
     flags += [f"{o.degrade_entries} degrade entr(ies)"] * bool(o.degrade_entries)
@@ -340,9 +365,10 @@ def describe(o: Outcome) -> str:
 
 def render(result: CampaignResult, verbose: bool = False) -> str:
     """The campaign table, one row per class, and the definitions in two lines."""
-    cols = ("injected", "detected", "recovered", "wrong_output", "crashes", "deadline_misses", "degrade_entries",
-            "missing_plans")
-    heads = ("class", "injected", "detected", "recovered", "wrong out", "crashes", "misses", "degrade", "no plan")
+    cols = ("injected", "detected", "masked", "recovered", "wrong_output", "crashes", "deadline_misses",
+            "degrade_entries", "missing_plans")
+    heads = ("class", "injected", "detected", "masked", "recovered", "wrong out", "crashes", "misses", "degrade",
+             "no plan")
     rows = [[c.name, *(str(c.to_json()[k]) for k in cols)] for c in result.classes]
     widths = [max(len(r[i]) for r in [list(heads), *rows]) for i in range(len(heads))]
 
@@ -352,7 +378,8 @@ def render(result: CampaignResult, verbose: bool = False) -> str:
     lines = [fmt(list(heads)), *(fmt(r) for r in rows)]
     if verbose:
         lines += ["", *(f"  {describe(o)}" for c in result.classes for o in c.outcomes), ""]
-    lines.append(f"{result.runs} runs in {result.wall_s:.1f} s (calibration and golden run included). wrong out: a "
+    lines.append(f"{result.runs} runs in {result.wall_s:.1f} s (golden run included). masked: undetected, every "
+                 "published output within tolerance of the golden run; wrong out: a "
                  "published output off the golden run before anything was detected; no plan: planning periods "
                  "without a valid trajectory; misses and degrade entries: beyond the golden run's.")
     return "\n".join(lines)

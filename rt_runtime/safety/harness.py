@@ -1,24 +1,25 @@
 """The campaign's replay loop: a short scenario, decoded once, replayed many times with faults.
 
 Each run builds a fresh Runtime (fresh arenas, channels, counters) on a VirtualClock. Op costs
-are *calibrated*: one run measuring each op (the CPU time of its thread, where the inline driver
-supports choosing the clock; else wall time), then every op costs the median of its measured
-durations, so a run's timing depends on nothing but its inputs and its faults: the
-golden run and a faulty run differ only where the fault made them differ (measured costs would
-add the host's jitter; the ops' declared ``cost_us`` are estimates that can exceed the budgets
-measured on the target). Not budget timing (``sched.budget``), as a replay: the campaign's stack
-(a redundant planner) does not fit its budgets on one worker (issue 20), its medians do. Graphs
-are built once per campaign, wrapped by the ``Injector`` (pass-through until an injection is armed).
+are the stack's budgets (budget timing, ``sched.budget``, as a replay): every op takes its
+budget, so a run's timing depends on nothing but the configuration, its inputs and its faults —
+not on this machine or what else runs on it — and the golden run and a faulty run differ only
+where the fault made them differ. ``calibrate()`` switches a harness to *calibrated* costs
+instead (each op the median of its CPU time in one measuring run), for stacks whose budgets do
+not fit. Graphs are built once per campaign, wrapped by the ``Injector`` (pass-through until an
+injection is armed).
 
-Ingress goes through a plausibility guard (finite values, magnitudes within ``limit``) and the
-``SafetyMonitor`` (arrival times: silent and late sensors); outputs are recorded per channel and
-instant for the comparison with the golden run.
+Ingress goes through an end-to-end check (each message's CRC-32 as its sender computed it, over
+the serialized bytes, as an AUTOSAR E2E profile carries it), a plausibility guard (finite
+values, magnitudes within ``limit``) and the ``SafetyMonitor`` (arrival times: silent and late
+sensors); outputs are recorded per channel and instant for the comparison with the golden run.
 """
 from __future__ import annotations
 
 import heapq
 import logging
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -30,7 +31,8 @@ from ..config.stack import StackConfig, build_bindings, run_chains
 from ..core.tensor import Dim
 from ..io import INGRESS_CODECS, IngressError
 from ..io.ingress import decode
-from ..sched import Runtime, TaskBinding, VirtualClock, declared_cost
+from ..sched import Runtime, TaskBinding, VirtualClock
+from ..sched.budget import BudgetCost
 from ..sched.events import EventKind
 from .degrade import DegradeStateMachine
 from .inject import Injection, Injector, corrupt_bytes, oversize, poison
@@ -49,6 +51,7 @@ class Message:
     route: Any
     value: dict[str, np.ndarray] | None
     raw: Any
+    crc: int = 0   # CRC-32 of the serialized message as sent (the E2E protection's checksum)
 
 
 class Scenario:
@@ -67,7 +70,8 @@ class Scenario:
             t = msg.t_ns - self.reader.start_ns
             if t > self.until_ns:
                 break
-            self.messages.append(Message(t, msg.topic, routes[msg.topic], self.decode(msg, routes[msg.topic]), msg))
+            self.messages.append(Message(t, msg.topic, routes[msg.topic], self.decode(msg, routes[msg.topic]), msg,
+                                         zlib.crc32(msg.raw_cdr)))
 
     def decode(self, msg: Any, route: Any) -> dict[str, np.ndarray] | None:
         """A raw message into its arrays, or None when it cannot be decoded."""
@@ -155,6 +159,7 @@ class Harness:
         self.watch |= {self._status_channel()} - {None}
         self.bounds = self._bounds()
         self._torch = torch
+        self.budget = BudgetCost(self.bindings)
         self.fixed: dict[tuple[str, str], int] = {}   # (task, op name) -> calibrated cost (ns)
 
     def calibrate(self, until_ns: int | None = None) -> dict[tuple[str, str], int]:
@@ -177,7 +182,7 @@ class Harness:
 
     def _cost(self, task: str, job: int, i: int, op: Any, measured: int) -> int:
         c = self.fixed.get((task, op.name))
-        return c if c is not None else declared_cost(task, job, i, op, measured)
+        return c if c is not None else int(round(op.cost_us * 1000))   # calibrated; an op not seen: declared
 
     def _status_channel(self) -> str | None:
         b = next((b for b in self.bindings if b.name == self.planner), None)
@@ -208,7 +213,8 @@ class Harness:
         try:
             rt = Runtime(self.bindings, policy=self.cfg.policy, clock=VirtualClock(), workers=self.cfg.workers,
                          channels=self.cfg.channels, sink=_Keep(rec.events), egress=self._egress(rec),
-                         threaded=False, realtime=False, cost=self.injector.cost(base_cost or self._cost),
+                         threaded=False, realtime=False,
+                         cost=self.injector.cost(base_cost or (self._cost if self.fixed else self.budget)),
                          stall_after_ns=self.stall_after_ns, chains=run_chains(self.cfg, self.bindings)[0])
             mon = SafetyMonitor(rt, self.planner, DegradeStateMachine(**({"clear_after": self.clear_after}
                                                                          if self.clear_after else {})),
@@ -293,7 +299,10 @@ class Harness:
                 elif inj.cls == "nan_input" and value is not None:
                     value = poison(value, inj)
                 elif inj.cls == "corrupt":
-                    value = self.scenario.decode(m.raw._replace(raw_cdr=corrupt_bytes(m.raw.raw_cdr, inj)), m.route)
+                    raw = corrupt_bytes(m.raw.raw_cdr, inj)
+                    # The E2E check: bytes that changed after the sender's checksum are rejected whole.
+                    value = None if zlib.crc32(raw) != m.crc else self.scenario.decode(m.raw._replace(raw_cdr=raw),
+                                                                                        m.route)
                 elif inj.cls == "arena" and value is not None:
                     value = oversize(value, self.bounds.get(channels[0], 1 << 20))
             if value is None or not plausible(value, self.limit):

@@ -54,20 +54,30 @@ class Injection:
     bit: int = 0              # which bit of the element
     magnitude: float = 1.0    # overrun: x stall threshold; delay: ns; nan_input: values hit
     seed: int = 0             # anything else random (corrupt bytes)
+    field: str = ""           # bitflip: "sign", "exponent", "mantissa" or "integer" ("": any bit)
 
     def describe(self) -> str:
         """One line for logs and reports."""
         where = f"{self.target}" + (f" op {self.op}" if self.op >= 0 else "")
-        return f"#{self.id} {self.cls} at {self.t_ns / 1e9:.3f}s on {where}"
+        what = f" ({self.field} bit)" if self.field else ""
+        return f"#{self.id} {self.cls}{what} at {self.t_ns / 1e9:.3f}s on {where}"
+
+
+# Bit flips cycle through these fields, so every run covers each (a float's sign, exponent and
+# mantissa; an integer output's bits, e.g. a count's).
+FIELDS = ("sign", "exponent", "mantissa", "integer")
+_FLOAT_BITS = {4: (31, (23, 30), (0, 22)), 8: (63, (52, 62), (0, 51)), 2: (15, (10, 14), (0, 9))}
 
 
 def plan(cls: str, n: int, targets: Sequence[str], rng: np.random.Generator, t_range: tuple[int, int],
          graphs: Mapping[str, Graph] | None = None, first_id: int = 0, outputs_only: bool = False,
-         magnitude: tuple[float, float] = (0.3, 0.9)) -> list[Injection]:
+         magnitude: tuple[float, float] = (0.3, 0.9), fields: bool = False) -> list[Injection]:
     """``n`` injections of one class, drawn from ``rng`` (deterministic from its seed).
 
     Op faults pick a task among ``targets`` and an op of its graph (``outputs_only``: an op that
-    writes a graph output, and one of those outputs); ingress faults pick a channel.
+    writes a graph output, and one of those outputs); ingress faults pick a channel. ``fields``
+    (bit flips): injection i flips a bit of field ``FIELDS[i % 4]`` (sign, exponent, mantissa of a
+    floating-point output, or any bit of an integer one).
     """
     if cls not in CLASSES:
         raise ValueError(f"unknown fault class {cls!r}; expected one of {', '.join(CLASSES)}")
@@ -78,28 +88,57 @@ def plan(cls: str, n: int, targets: Sequence[str], rng: np.random.Generator, t_r
         target = str(targets[int(rng.integers(len(targets)))])
         t = int(rng.integers(t_range[0], t_range[1] + 1))
         op = tensor = 0
+        field = FIELDS[i % len(FIELDS)] if cls == "bitflip" and fields else ""
         if cls in OP_CLASSES:
             g = (graphs or {})[target]
             outs = {s.name for s in g.outputs}
-            choices = [k for k, o in enumerate(g.ops) if not outputs_only or outs & set(o.output_names)]
-            op = choices[int(rng.integers(len(choices)))]
-            names = g.ops[op].output_names
-            pick = [k for k, nm in enumerate(names) if not outputs_only or nm in outs]
-            tensor = pick[int(rng.integers(len(pick)))] if pick else 0
+            # (op, output index) pairs; with fields, only tensors of the wanted kind (float or integer)
+            pairs = [(k, j) for k, o in enumerate(g.ops) for j, spec in enumerate(o.outputs)
+                     if not outputs_only or spec.name in outs]
+            if field:
+                want = [(k, j) for k, j in pairs if _is_float(g.ops[k].outputs[j].dtype) == (field != "integer")]
+                if not want:   # a task without integer outputs: its floats' mantissa
+                    field, want = "mantissa", pairs
+                pairs = want
+            if field:
+                op, tensor = pairs[int(rng.integers(len(pairs)))]
+            else:
+                choices = [k for k, o in enumerate(g.ops) if not outputs_only or outs & set(o.output_names)]
+                op = choices[int(rng.integers(len(choices)))]
+                pick = [k for k, nm in enumerate(g.ops[op].output_names) if not outputs_only or nm in outs]
+                tensor = pick[int(rng.integers(len(pick)))] if pick else 0
         lo, hi = magnitude
         out.append(Injection(first_id + i, cls, t, target, op if cls in OP_CLASSES else -1, tensor,
                              float(rng.random()), int(rng.integers(64)), float(rng.uniform(lo, hi)),
-                             int(rng.integers(1 << 31))))
+                             int(rng.integers(1 << 31)), field))
     return out
 
 
-def flip_bit(x: Any, element: float, bit: int) -> int:
-    """Flip one bit of ``x`` in place (element chosen by fraction, bit modulo its width); returns the byte."""
+def _is_float(dtype: str) -> bool:
+    return str(dtype).startswith(("float", "bfloat"))
+
+
+def field_bit(bit: int, size: int, field: str) -> int:
+    """The bit (0 = least significant) of an element of ``size`` bytes that ``bit`` draws in ``field``."""
+    if field in ("sign", "exponent", "mantissa") and size in _FLOAT_BITS:
+        sign, exp, man = _FLOAT_BITS[size]
+        if field == "sign":
+            return sign
+        lo, hi = exp if field == "exponent" else man
+        return lo + bit % (hi - lo + 1)
+    return bit % (8 * size)
+
+
+def flip_bit(x: Any, element: float, bit: int, field: str = "") -> int:
+    """Flip one bit of ``x`` in place (element chosen by fraction, bit modulo its width, or within
+    ``field``); returns the byte."""
     if isinstance(x, np.ndarray):
         flat, n, size = x.reshape(-1).view(np.uint8), x.size, x.itemsize
     else:
         flat, n, size = x.reshape(-1).view(__import__("torch").uint8), x.numel(), x.element_size()
     e = min(int(element * n), n - 1)
+    if field:
+        bit = field_bit(bit, size, field)
     byte = e * size + (bit // 8) % size
     flat[byte] ^= 1 << (bit % 8)
     return byte
@@ -163,7 +202,7 @@ class Injector:
         fn(*args)
         if inj.cls == "bitflip":
             outs = args[n_in:n_in + len(op.outputs)]
-            flip_bit(outs[min(inj.tensor, len(outs) - 1)], inj.element, inj.bit)
+            flip_bit(outs[min(inj.tensor, len(outs) - 1)], inj.element, inj.bit, inj.field)
         elif inj.cls == "overrun":
             self.extra_ns[(task, op.name)] += int(inj.magnitude * self.stall_ns(task))
         return None
@@ -178,6 +217,8 @@ class Injector:
 
         if hasattr(base, "measure"):   # how the inline driver measures ops for ``base`` (wall or CPU time)
             cost.measure = base.measure   # type: ignore[attr-defined]
+        if getattr(base, "logical", False):   # budget timing: the schedule depends on no machine
+            cost.logical = True   # type: ignore[attr-defined]
         return cost
 
 

@@ -9,8 +9,10 @@ trace event (``a`` = new state, ``b`` = reason), stamped on the planning task wi
 
 Verdicts: COMPARE voted -> degraded, no majority -> critical; MISS, OVERRUN (recorded, but no
 verdict when the task's ``on_overrun`` is ``none``: its budget is a soft one), a job ended by an
-error -> degraded (critical for the planner's own failed job: no plan that period); STALL and the
-watchdog degrading the planner -> critical. A sensor silent for ``silence_factor`` of its period
+error -> degraded (critical for the planner's own failed job: no plan that period); a job's STALL
+-> degraded (what it costs escalates on its own: the job's failure, miss or no-majority vote; a
+re-run that masked it costs nothing), a speculative op's STALL (job -1: it holds its worker) and
+the watchdog degrading the planner -> critical. A sensor silent for ``silence_factor`` of its period
 -> degraded, for ``silence_critical`` periods -> critical; rejected or late messages -> degraded.
 """
 from __future__ import annotations
@@ -97,7 +99,7 @@ class SafetyMonitor:
             else:
                 self.fault("overrun", DEGRADED, t_ns, task)
         elif kind == _K.STALL:
-            self.fault("stall", CRITICAL, t_ns, task)
+            self.fault("stall", DEGRADED if job_index >= 0 else CRITICAL, t_ns, task)
         elif kind == _K.ABORT:
             if (task, job_index) not in self._missed:   # aborted by an error, not by a miss's reaction
                 self.fault("error", CRITICAL if task == self.planner else DEGRADED, t_ns, task)

@@ -13,13 +13,20 @@ outputs are published (for planning, the minimal-risk stop), so the deadline sti
 output; without a fallback the job fails like an op error. ``triple`` runs all three copies
 first. Every comparison is a ``COMPARE`` trace event (``a`` = verdict, ``b`` = copies run).
 
+``invariants`` runs one copy and checks its outputs against the task's declared invariants
+(``safety/invariants.py``): they hold, publish (``COMPARE_MATCH``); they do not, or the copy
+raised, re-run the job on copy 1 (its own arenas) and check again: publish it (``COMPARE_VOTED``:
+detected and masked) or, failing again, the fallback as above (``COMPARE_NO_MAJORITY``). Under
+``dual``/``triple`` declared checks apply to the voted outputs. Each check is one step of the
+job, booked as the op ``invariants`` (declared cost 0: the spec's ``cost`` is in the task's budget).
+
 Inputs are checked once against their contracts, before any copy runs: a bad input is the same
 for every copy (a common-mode fault), so it fails the job rather than a vote.
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Generator, Iterator, Mapping, Sequence
 
 from ..core.graph import Graph
 from ..core.op import Op
@@ -27,7 +34,12 @@ from ..device.base import Device
 from ..exec.executor import GraphExecutor
 from ..sched.events import COMPARE_MATCH, COMPARE_NO_MAJORITY, COMPARE_VOTED, EventKind
 from .compare import outputs_equal, vote
-from .spec import WORST_CASE_RUNS, RedundancySpec
+from .invariants import referenced, referenced_inputs, violation
+from .spec import RedundancySpec
+
+
+def _no_op() -> None:
+    """The check step's op does nothing itself: the executor checks between steps."""
 
 
 class RedundancyFault(RuntimeError):
@@ -72,26 +84,42 @@ class RedundantExecutor:
     def __init__(self, graph: Graph, spec: RedundancySpec, fallback: Graph | None = None,
                  device: Device | None = None, *, owner: str | None = None, check_inputs: bool = True,
                  capture: bool = False) -> None:
-        if spec.compare == "exact":
+        if spec.compare == "exact" and spec.mode != "invariants":
             loose = [o.name for o in graph.ops if not o.deterministic]
             if loose:
                 raise ValueError(f"graph '{graph.name}': exact comparison needs deterministic ops; {loose} are "
                                  "not (use compare: tolerance with atol/rtol)")
+        names = {s.name for s in graph.outputs}
+        missing = sorted((referenced(spec.checks) - names) | (referenced_inputs(spec.checks) - names
+                                                                - {s.name for s in graph.inputs}))
+        if missing:
+            raise ValueError(f"graph '{graph.name}': checks name {missing}, which are not outputs of the graph "
+                             f"(its outputs: {sorted(s.name for s in graph.outputs)})")
         self.spec = spec
         self.owner = owner or graph.name
         self.check_inputs = check_inputs
+        runs = spec.worst_case_factor
         self.copies = [GraphExecutor(graph, device, owner=f"{self.owner}/copy{k}", check_inputs=False,
-                                     capture=capture) for k in range(WORST_CASE_RUNS)]
+                                     capture=capture) for k in range(runs)]
         self.device = self.copies[0].device
         self.fallback = GraphExecutor(fallback, self.device, owner=f"{self.owner}/vote_fallback",
                                       check_inputs=False) if fallback is not None else None
-        self.capacity = WORST_CASE_RUNS * len(graph.ops) + (len(fallback.ops) if fallback is not None else 0)
+        # Declared cost 0: the checks' CPU time is in the task's budget (wcet + cost), which budget timing
+        # spreads over the graph's ops; measured and calibrated timing book what the step really took.
+        self.check_op = Op("invariants", _no_op, (), (), cost_us=0.0)
+        checks = runs if spec.mode == "invariants" else 1 if spec.checks else 0
+        self.capacity = runs * len(graph.ops) + checks + (len(fallback.ops) if fallback is not None else 0)
+        self._host: list[dict[str, Any] | None] = [None] * runs   # per copy: its outputs as numpy views
+        self._read = sorted(referenced_inputs(spec.checks) - names)   # inputs the checks compare with
+        self._inputs: Mapping[str, Any] = {}
+        self.last_violation = ""
         self.graph = StepGraph(self, graph)
         self.outputs: Mapping[str, Any] = self.copies[0].outputs
         self.trace: list[Op] = []            # the op each step of the current job ran
         self.last_verdict = COMPARE_MATCH
         self.last_failed: list[int] = []     # copies that raised in the last job
-        self.c = dict.fromkeys(("jobs", "matches", "voted", "no_majority", "copy_errors", "fallback_outputs"), 0)
+        self.c = dict.fromkeys(("jobs", "matches", "voted", "no_majority", "copy_errors", "fallback_outputs",
+                                "violations"), 0)
         self._rt: Any = None
         self._task: str = self.owner
 
@@ -108,7 +136,31 @@ class RedundantExecutor:
                 spec.check(inputs.get(spec.name), op="<bind>", graph=g.name)
         self.trace.clear()
         self.last_failed = []
+        self._inputs = inputs
         done: list[int] = []
+        if self.spec.mode == "invariants":
+            winner, verdict = yield from self._checked(inputs, done)
+        else:
+            winner, verdict = yield from self._voted(inputs, done)
+        self.last_verdict = verdict
+        self.c["jobs"] += 1
+        self.c[("matches", "voted", "no_majority")[verdict]] += 1
+        self._emit(verdict, len(self.last_failed) + len(done))
+        if winner is not None:
+            self.outputs = self.copies[winner].outputs
+            return
+        if self.fallback is None:
+            if self.spec.mode == "invariants":
+                raise RedundancyFault(f"task '{self._task}': its outputs broke a declared invariant in the run "
+                                      f"and in the re-run ({self.last_violation or 'a copy raised'})")
+            raise RedundancyFault(f"task '{self._task}': no two of {len(done)} completed copies agree "
+                                  f"({len(self.last_failed)} raised)")
+        yield from self._run_fallback(inputs)
+        self.outputs = self.fallback.outputs
+        self.c["fallback_outputs"] += 1
+
+    def _voted(self, inputs: Mapping[str, Any], done: list[int]) -> Generator[int, None, tuple[int | None, int]]:
+        """dual / triple: the copies, compared, a vote if needed; then the declared checks on the winner."""
         first = self.spec.copies
         for k in range(first):
             yield from self._run(k, inputs, done)
@@ -122,19 +174,42 @@ class RedundantExecutor:
             winner = vote(done, agree)
             unanimous = len(done) == 3 and winner is not None and agree(0, 2) and agree(1, 2)
             verdict = COMPARE_MATCH if unanimous else COMPARE_VOTED if winner is not None else COMPARE_NO_MAJORITY
-        self.last_verdict = verdict
-        self.c["jobs"] += 1
-        self.c[("matches", "voted", "no_majority")[verdict]] += 1
-        self._emit(verdict, len(self.last_failed) + len(done))
-        if winner is not None:
-            self.outputs = self.copies[winner].outputs
-            return
-        if self.fallback is None:
-            raise RedundancyFault(f"task '{self._task}': no two of {len(done)} completed copies agree "
-                                  f"({len(self.last_failed)} raised)")
-        yield from self._run_fallback(inputs)
-        self.outputs = self.fallback.outputs
-        self.c["fallback_outputs"] += 1
+        if winner is not None and self.spec.checks:
+            bad = self._violation(winner)
+            yield self._check_step()
+            if bad:   # the majority agrees on something impossible: a common-mode fault, not a vote
+                winner, verdict = None, COMPARE_NO_MAJORITY
+        return winner, verdict
+
+    def _checked(self, inputs: Mapping[str, Any], done: list[int]) -> Generator[int, None, tuple[int | None, int]]:
+        """invariants: one copy, checked; a violation (or a raise) re-runs the job once on copy 1."""
+        for k in (0, 1):
+            yield from self._run(k, inputs, done)
+            bad = self._violation(k) if k in done else "the copy raised"
+            yield self._check_step()
+            if not bad:
+                return k, COMPARE_MATCH if k == 0 else COMPARE_VOTED
+            self.last_violation = bad
+        return None, COMPARE_NO_MAJORITY
+
+    def _violation(self, k: int) -> str:
+        """What of copy ``k``'s outputs breaks a declared invariant ('' when they all hold)."""
+        host = self._host[k]
+        if host is None or self.device.kind != "cpu":
+            host = {n: _numpy(x) for n, x in self.copies[k].outputs.items()}
+            if self.device.kind == "cpu":   # arena views: the same memory every job
+                self._host[k] = host
+        if self._read:
+            host = {**host, **{n: _numpy(self._inputs[n]) for n in self._read}}
+        why = violation(host, self.spec.checks)
+        if why is not None:
+            self.c["violations"] += 1
+            self.last_violation = why
+        return why or ""
+
+    def _check_step(self) -> int:
+        self.trace.append(self.check_op)
+        return len(self.trace) - 1
 
     def _run(self, k: int, inputs: Mapping[str, Any], done: list[int]) -> Iterator[int]:
         """Copy ``k``, op by op; an op that raises marks the copy failed (a replica fault), not the job."""
@@ -209,6 +284,13 @@ class RedundantExecutor:
     def __repr__(self) -> str:
         return f"RedundantExecutor({self.graph.name!r}, {self.spec.mode}, {self.spec.compare}, " \
                f"{self.arena_bytes} B in arenas)"
+
+
+def _numpy(x: Any) -> Any:
+    """A host numpy view (CPU tensors and arrays) or copy (device tensors) of one output."""
+    if hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return x
 
 
 class Redundant:

@@ -8,20 +8,27 @@ Pure data, no torch: ``rt-runtime check`` reads it to multiply budgets without b
     redundancy: {mode: dual, compare: exact, budget: worst_case}
     redundancy: {mode: triple, atol: 1e-5, rtol: 0}   # three copies, within a tolerance (also: 3)
 
+    redundancy: {mode: invariants, checks: {...}}     # one copy, its outputs checked (safety/invariants.py);
+                                                      # a violation re-runs the job once
+
 Budgets: ``wcet`` is one run of the graph. A redundant job runs it ``copies`` times nominally
 and three times in the worst case: dual runs a third copy to vote when the first two disagree,
 so dual's worst case counts the third run (3x; 2x nominal). ``budget: nominal`` (the default)
 gives the analysis and the watchdog ``copies`` x wcet: a vote then shows as an overrun of that
 budget (traced; the task's ``on_overrun`` decides). ``budget: worst_case`` gives them 3 x wcet.
+``invariants`` runs once nominally and twice in the worst case (the re-run after a violation).
+Declared ``checks`` (any mode) add their ``cost`` per job: by default ``CHECK_COST_NS`` per checked
+output, which `bench/bench_safety_cost.py` shows is above what they take on the CI machine.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-MODES = {"dual": 2, "triple": 3}
+MODES = {"dual": 2, "triple": 3, "invariants": 1}
 WORST_CASE_RUNS = 3   # dual: two runs nominal, a third on a mismatch; triple: always three
-SPEC_KEYS = ("mode", "compare", "atol", "rtol", "budget")
+SPEC_KEYS = ("mode", "compare", "atol", "rtol", "budget", "checks", "cost")
+CHECK_COST_NS = 150_000   # per checked output and job, unless ``cost`` says otherwise
 BUDGETS = ("nominal", "worst_case")
 
 
@@ -34,6 +41,8 @@ class RedundancySpec:
     atol: float = 0.0
     rtol: float = 0.0
     budget: str = "nominal"
+    checks: tuple[Any, ...] = ()          # ``invariants.OutputChecks``, one per checked output
+    cost_ns: int = 0                      # what running the checks costs per job (in the budget)
 
     @property
     def copies(self) -> int:
@@ -47,8 +56,8 @@ class RedundancySpec:
 
     @property
     def worst_case_factor(self) -> int:
-        """Graph runs of a job in the worst case (dual: the third, voting copy counts)."""
-        return WORST_CASE_RUNS
+        """Graph runs of a job in the worst case (dual: the third, voting copy counts; invariants: a re-run)."""
+        return 2 if self.mode == "invariants" else WORST_CASE_RUNS
 
     @property
     def budget_factor(self) -> int:
@@ -58,7 +67,11 @@ class RedundancySpec:
     def to_json(self) -> dict[str, Any]:
         """Plain values, for reports."""
         return {"mode": self.mode, "compare": self.compare, "atol": self.atol, "rtol": self.rtol,
-                "budget": self.budget}
+                "budget": self.budget, "checks": [c.output for c in self.checks], "cost_ns": self.cost_ns}
+
+    def budget_ns(self, wcet_ns: int) -> int:
+        """The job's budget for the analysis and the watchdog: ``wcet`` (one run) x factor + the checks."""
+        return wcet_ns * self.budget_factor + self.cost_ns
 
 
 def parse_redundancy(value: object) -> RedundancySpec | None:
@@ -70,12 +83,13 @@ def parse_redundancy(value: object) -> RedundancySpec | None:
     if isinstance(value, str):
         value = {"mode": value}
     if not isinstance(value, Mapping):
-        raise ValueError(f"expected 'dual', 'triple' or a mapping with mode, compare, atol, rtol; found {value!r}")
+        raise ValueError(f"expected 'dual', 'triple' or a mapping with mode, compare, atol, rtol, checks; "
+                         f"found {value!r}")
     unknown = sorted(set(map(str, value)) - set(SPEC_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; expected {', '.join(SPEC_KEYS)}")
     mode = value.get("mode", "dual")
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"mode: expected one of {', '.join(MODES)}, found {mode!r}")
     tol = {}
     for k in ("atol", "rtol"):
@@ -91,7 +105,24 @@ def parse_redundancy(value: object) -> RedundancySpec | None:
     budget = value.get("budget", "nominal")
     if budget not in BUDGETS:
         raise ValueError(f"budget: expected one of {', '.join(BUDGETS)}, found {budget!r}")
-    return RedundancySpec(mode, compare, tol["atol"], tol["rtol"], budget)
+    checks: tuple[Any, ...] = ()
+    if value.get("checks") is not None:
+        from .invariants import parse_checks
+
+        checks = parse_checks(value["checks"])
+    elif mode == "invariants":
+        raise ValueError("mode invariants: expected 'checks' (output -> what must hold of it)")
+    cost = value.get("cost")
+    if cost is None:
+        cost_ns = CHECK_COST_NS * len(checks)
+    else:
+        from ..core.units import DurationError, parse_duration
+
+        try:
+            cost_ns = parse_duration(cost, what="cost")
+        except DurationError as e:
+            raise ValueError(str(e)) from None
+    return RedundancySpec(mode, compare, tol["atol"], tol["rtol"], budget, checks, cost_ns)
 
 
 SPECULATE_KEYS = ("hypotheses", "args", "k", "atol", "rows", "margin", "wait_for", "enabled")

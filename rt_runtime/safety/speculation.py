@@ -118,6 +118,9 @@ class Speculator:
             raise TaskError(ts.name, "speculate", "speculation needs a periodic task (a triggered task's next "
                                                   "release is not known in advance)")
         primary = ts.executors[0]
+        # A checked or redundant task (``RedundantExecutor``): its first copy runs the graph and times the ops.
+        # A hit commits outputs its checks did not see (docs/SAFETY.md, "Coverage").
+        primary = getattr(primary, "copies", [primary])[0]
         if not hasattr(primary, "op_start_ns"):
             raise TaskError(ts.name, "speculate", "speculation needs a plain GraphExecutor as the primary")
         g = primary.graph
