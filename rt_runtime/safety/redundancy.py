@@ -83,7 +83,7 @@ class RedundantExecutor:
 
     def __init__(self, graph: Graph, spec: RedundancySpec, fallback: Graph | None = None,
                  device: Device | None = None, *, owner: str | None = None, check_inputs: bool = True,
-                 capture: bool = False) -> None:
+                 capture: bool = False, urgency: float = 0.0) -> None:
         if spec.compare == "exact" and spec.mode != "invariants":
             loose = [o.name for o in graph.ops if not o.deterministic]
             if loose:
@@ -100,10 +100,10 @@ class RedundantExecutor:
         self.check_inputs = check_inputs
         runs = spec.worst_case_factor
         self.copies = [GraphExecutor(graph, device, owner=f"{self.owner}/copy{k}", check_inputs=False,
-                                     capture=capture) for k in range(runs)]
+                                     capture=capture, urgency=urgency) for k in range(runs)]
         self.device = self.copies[0].device
         self.fallback = GraphExecutor(fallback, self.device, owner=f"{self.owner}/vote_fallback",
-                                      check_inputs=False) if fallback is not None else None
+                                      check_inputs=False, urgency=urgency) if fallback is not None else None
         # Declared cost 0: the checks' CPU time is in the task's budget (wcet + cost), which budget timing
         # spreads over the graph's ops; measured and calibrated timing book what the step really took.
         self.check_op = Op("invariants", _no_op, (), (), cost_us=0.0)
@@ -300,9 +300,9 @@ class Redundant:
         self.spec = spec
 
     def __call__(self, binding: Any, device: Device | None, *, owner: str, check_inputs: bool = True,
-                 capture: bool = False) -> RedundantExecutor:
+                 capture: bool = False, urgency: float = 0.0) -> RedundantExecutor:
         return RedundantExecutor(binding.graph, self.spec, binding.fallback, device, owner=owner,
-                                 check_inputs=check_inputs, capture=capture)
+                                 check_inputs=check_inputs, capture=capture, urgency=urgency)
 
     def __repr__(self) -> str:
         return f"Redundant({self.spec.mode}, {self.spec.compare})"

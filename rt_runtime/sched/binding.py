@@ -70,7 +70,8 @@ class TaskBinding:
     worker: int | None = None                  # explicit partition; None: first-fit decreasing
     # Builds the primary graph's executor instead of a plain GraphExecutor (e.g. the time-redundant
     # ``rt_runtime.safety.RedundantExecutor``): called as ``executor(binding, device, owner=...,
-    # check_inputs=..., capture=...)``; it must offer what the scheduler uses of a GraphExecutor.
+    # check_inputs=..., capture=..., urgency=...)`` (urgency: its device streams' in [0, 1]); it must offer
+    # what the scheduler uses of a GraphExecutor.
     executor: Callable[..., Any] | None = None
     # Speculative execution of the next job on predicted inputs in slack time (on a VirtualClock, or
     # in worker threads): a ``rt_runtime.safety.speculation.Speculate``; None (the default): off.

@@ -110,8 +110,8 @@ class Runtime:
         urgency = self.policy.stream_urgency(task_list)   # device streams: the more urgent task, the higher level
         for b in bindings:
             u = urgency[b.name]
-            make = b.executor or (lambda b_, dev, **kw: GraphExecutor(b_.graph, dev, urgency=u, **kw))   # e.g. time redundancy
-            execs = [make(b, device, owner=b.name, check_inputs=check_inputs, capture=capture),
+            make = b.executor or (lambda b_, dev, **kw: GraphExecutor(b_.graph, dev, **kw))   # e.g. time redundancy
+            execs = [make(b, device, owner=b.name, check_inputs=check_inputs, capture=capture, urgency=u),
                      GraphExecutor(b.fallback, device, owner=f"{b.name}/fallback", check_inputs=check_inputs,
                                    capture=capture, urgency=u) if b.fallback is not None else None]
             ts = TaskState(b, prios[b.name], where[b.name], execs)
