@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -17,11 +18,14 @@ def default_campaign() -> Path:
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register the subcommand."""
+    from . import args as A
+
     p = sub.add_parser(name, help=help_text, description=help_text + ". Per fault class: injected, detected, "
                        "recovered, wrong outputs published, crashes, deadline misses, degrade entries.")
     p.add_argument("--config", help="stack configuration (default: config/stack.yaml)")
     p.add_argument("--campaign", help="campaign file (default: config/campaign.yaml)")
     p.add_argument("--bag", help="scenario bag (default: the built-in scenario)")
+    p.add_argument("--device", type=A.device, help="cpu, cpu-async, cuda or cuda:N (default: the config's)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     p.add_argument("--verbose", action="store_true", help="also list every injection and its outcome")
     return p
@@ -37,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         campaign = load_campaign(args.campaign or default_campaign())
         cfg = stack_under_test(args.config or default_config(), campaign)
+        if args.device:
+            cfg = dataclasses.replace(cfg, device=args.device)
         bag = args.bag or default_bag(progress=sys.stderr.isatty())
     except (ConfigError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..bag import BagError, open_bag
 from ..config.stack import StackConfig, build_bindings, run_chains
+from ..device.base import device_for, tensor_device
 from ..core.tensor import Dim
 from ..io import INGRESS_CODECS, IngressError
 from ..io.ingress import decode
@@ -145,6 +146,7 @@ class Harness:
         self.clear_after = clear_after
         self.stall_after_ns = stall_after_ns
         self.injector = Injector()
+        self.tensors = tensor_device(cfg.device)   # where pushed inputs live
         bindings, self.initial = build_bindings(cfg)
         self.bindings: list[TaskBinding] = []
         for b in bindings:
@@ -212,6 +214,7 @@ class Harness:
         self._torch.set_num_threads(self.cfg.threads)
         try:
             rt = Runtime(self.bindings, policy=self.cfg.policy, clock=VirtualClock(), workers=self.cfg.workers,
+                         device=device_for(self.cfg.device),
                          channels=self.cfg.channels, sink=_Keep(rec.events), egress=self._egress(rec),
                          threaded=False, realtime=False,
                          cost=self.injector.cost(base_cost or (self._cost if self.fixed else self.budget)),
@@ -310,7 +313,7 @@ class Harness:
                 continue
             for role, ch in m.route.channels.items():
                 a = value[role]
-                rt.push(ch, t_push, torch.from_numpy(a if a.flags.writeable else a.copy()))
+                rt.push(ch, t_push, torch.from_numpy(a if a.flags.writeable else a.copy()).to(self.tensors))
             if t_push == m.t_ns:
                 for ch in channels:
                     mon.arrived(ch, t_push, m.t_ns)
