@@ -33,18 +33,25 @@ def simulate(jobs: list[dict], key: Callable[[dict], tuple], horizon: int) -> li
         while nxt < len(pending) and pending[nxt]["release"] <= t:
             ready.append(pending[nxt])
             nxt += 1
-        if running is None:
-            if not ready:
-                continue
-            running = min(ready, key=key)
-            op_left = running["ops"].pop(0)
-        op_left -= 1
-        if op_left == 0:
-            if not running["ops"]:
-                running["finish"] = t + 1
-                ready.remove(running)
-            running = None
+        running, op_left = _step(ready, running, op_left, key, t)
     return jobs
+
+
+def _step(ready: list[dict], running: dict | None, op_left: int, key: Callable[[dict], tuple],
+          t: int) -> tuple[dict | None, int]:
+    """One time unit: start the most urgent ready job's next op if none is in flight, run it one unit."""
+    if running is None:
+        if not ready:
+            return None, 0
+        running = min(ready, key=key)
+        op_left = running["ops"].pop(0)
+    op_left -= 1
+    if op_left == 0:
+        if not running["ops"]:
+            running["finish"] = t + 1
+            ready.remove(running)
+        return None, 0
+    return running, op_left
 
 
 def periodic(period: int, offset: int, horizon: int) -> list[int]:
@@ -69,15 +76,5 @@ def simulate_precedence(jobs: list[dict], key: Callable[[dict], tuple], horizon:
             else:
                 still.append(j)
         waiting = still
-        if running is None:
-            if not ready:
-                continue
-            running = min(ready, key=key)
-            op_left = running["ops"].pop(0)
-        op_left -= 1
-        if op_left == 0:
-            if not running["ops"]:
-                running["finish"] = t + 1
-                ready.remove(running)
-            running = None
+        running, op_left = _step(ready, running, op_left, key, t)
     return jobs

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from ..sim.rig import LINK_FROM_OPTICAL   # one definition of the optical-frame axes
 from .errors import BagError
 
 BASE_FRAME = "base_link"
@@ -28,8 +29,6 @@ WORLD_FRAMES = frozenset({"map", "odom", "world", "earth", "viewer"})
 TF_MESSAGES_SCANNED = 100   # /tf's first messages: a mount published there repeats in every one
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 TF_MESSAGE = "tf2_msgs/msg/TFMessage"
-# optical frame (z forward, x right, y down) axes expressed in the camera body frame (x forward, z up)
-LINK_FROM_OPTICAL = np.array([[0.0, 0.0, 1.0], [-1.0, 0.0, 0.0], [0.0, -1.0, 0.0]])
 
 
 @dataclass(frozen=True)
