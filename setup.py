@@ -42,6 +42,8 @@ setup(
         ],
         # owned CUDA priority streams (rt_runtime/device/cuda.py); cupy imports without a GPU
         "cuda": ["cupy-cuda13x>=14"],
+        # `rt-runtime batch`: Dask distributed, the Parquet results store, the progress bar
+        "fleet": ["dask>=2026.8.0", "distributed>=2026.8.0", "pyarrow>=26", "tqdm>=4.66"],
         "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8"],
     },
     zip_safe=True,

@@ -16,8 +16,10 @@ from typing import Callable
 COMMANDS = {
     "demo": "replay the built-in scenario through the reference stack and print its deadline report",
     "replay": "replay a recorded bag through the stack: outputs, deadline report, determinism digest",
+    "batch": "replay many bags on Dask (embedded or --cluster): results store, gates (--expect), JUnit, fleet report",
     "check": "schedulability analysis of a configuration (exit 0 schedulable, 1 not, 2 invalid)",
     "sim": "simulate a driving scenario and record its sensors and ground truth as a rosbag2 bag",
+    "inspect": "what a bag holds (topics, rates, sizes, codecs, calibration); --config-out writes a stack config for it",
     "analyze": "analyse a trace: deadline misses and their causes, response times, chains, observed schedulability",
     "calibrate": "measure execution times in a replay and write a copy of the config with budgets from their p99",
     "run": "run the stack as a live ROS 2 node: sensor topics in, trajectory, objects and diagnostics out",
@@ -30,7 +32,7 @@ COMMANDS = {
 # Signals: these commands poll a flag between messages and keep what they wrote, closed and marked
 # partial (exit 130 on SIGINT, 143 on SIGTERM); those stop at once, SIGTERM raising like SIGINT, and
 # remove their unfinished outputs. Other commands keep Python's (or their own) handling.
-POLLING = {"replay", "sim", "demo"}
+POLLING = {"replay", "sim", "demo", "batch"}
 STAGING = {"analyze", "calibrate"}
 
 
