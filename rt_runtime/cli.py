@@ -1,4 +1,4 @@
-"""`rt-runtime`: one command for everything (check, sim, replay, analyze, calibrate, run, play, faults).
+"""`rt-runtime`: one command for everything (the subcommands and their one-line help: ``COMMANDS``).
 
 Each subcommand lives in ``rt_runtime/commands/<name>.py`` with ``add_parser(subparsers)`` and
 ``run(args) -> int``; this module only wires them up, so a subcommand's imports (torch, rosbags,
