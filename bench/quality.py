@@ -9,9 +9,15 @@ and open-loop planning figures; then the collision-free rate over all scenarios 
 The matching rules are in docs/QUALITY.md. Replays in virtual time are deterministic, so one run
 per scenario is the default; with ``--repeat N`` each figure is the median of N runs.
 
-Run: ``PYTHONPATH=. python bench/quality.py [--seconds S] [--seed N] [--repeat N] [--json FILE]
-[--stack-road] [--cost zero|measured] [scenario ...]`` (``--stack-road``: config/stack.yaml's own
-road layout for every scenario, as ``rt-runtime replay`` uses it; ``--cost``: see ``COSTS``).
+With ``--seeds`` (``1-12``, ``3,8``, ``1-4,9``) every scenario is recorded and replayed once per
+seed instead, and one line per run and the worst of each figure (with its seed) are printed, with
+the targets of issue 17 checked on every run (``TARGETS``): a stack tuned on one seed shows here
+what a stranger's seed does to it.
+
+Run: ``PYTHONPATH=. python bench/quality.py [--seconds S] [--seed N | --seeds LIST] [--repeat N]
+[--json FILE] [--stack-road] [--cost zero|measured] [scenario ...]`` (``--stack-road``:
+config/stack.yaml's own road layout for every scenario, as ``rt-runtime replay`` uses it;
+``--cost``: see ``COSTS``).
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
 from pipelines.stack import with_road  # noqa: E402
+from rt_runtime.commands.args import OneLineParser  # noqa: E402
 from rt_runtime.config.stack import StackConfig, parse_stack  # noqa: E402
 from rt_runtime.config.taskset import load_yaml  # noqa: E402
 from rt_runtime.replay import replay  # noqa: E402
@@ -67,6 +74,41 @@ ROWS: list[tuple[str, tuple[str, ...], str]] = [
     ("progress ratio", ("planning", "progress_ratio"), "{:.2f}"),
     ("minimal-risk plans", ("planning", "minimal_risk_plans"), "{:d}"),
 ]
+
+
+# The sweep's columns: (label, path in the quality document, format, target (op, bound) or None, lower is worse).
+SWEEP_ROWS: list[tuple[str, tuple[str, ...], str, tuple[str, float] | None, bool]] = [
+    ("tracks P", ("detection", "precision"), "{:.3f}", (">=", 0.9), True),
+    ("tracks R", ("detection", "recall"), "{:.3f}", (">=", 0.9), True),
+    ("MOTA", ("tracking", "mota"), "{:.3f}", (">=", 0.8), True),
+    ("ID sw", ("tracking", "id_switches"), "{:d}", None, False),
+    ("LiDAR P", ("detection", "lidar", "precision"), "{:.3f}", None, True),
+    ("LiDAR R", ("detection", "lidar", "recall"), "{:.3f}", None, True),
+    ("camera P", ("detection", "camera", "precision"), "{:.3f}", None, True),
+    ("camera R", ("detection", "camera", "recall"), "{:.3f}", None, True),
+    ("coll-free", ("planning", "collision_free_rate"), "{:.3f}", (">=", 1.0), True),
+    ("min clr m", ("planning", "min_clearance_m"), "{:.2f}", None, True),
+]
+TARGETS = "tracked objects precision and recall >= 0.9, MOTA >= 0.8, collision-free 100 %"
+MAX_SEED = 2**32 - 1
+
+
+def seed_list(text: str) -> list[int]:
+    """An argparse type: seeds as ranges and single values, ``1-12`` or ``3,8`` or ``1-4,9`` (ascending, no repeats)."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            a, b = int(lo), int(hi) if hi else int(lo)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seeds like 1-12 or 3,8, found {text!r}") from None
+        if not 0 <= a <= b <= MAX_SEED:
+            raise argparse.ArgumentTypeError(f"expected ranges low-high with 0 <= low <= high <= {MAX_SEED}, "
+                                             f"found {part.strip()!r} in {text!r}")
+        seeds += range(a, b + 1)
+    if len(seeds) > 1000:
+        raise argparse.ArgumentTypeError(f"expected at most 1000 seeds, found {len(seeds)} in {text!r}")
+    return sorted(set(seeds))
 
 
 def scenario_bag(name: str, seed: int = SEED, seconds: float = SECONDS) -> Path:
@@ -143,17 +185,95 @@ def fmt(value: Any, spec: str) -> str:
         return str(value)
 
 
+def missed_targets(doc: dict[str, Any]) -> list[str]:
+    """The targets (``SWEEP_ROWS``) a run's quality document misses, as "label value" texts."""
+    out = []
+    for label, path, spec, target, _ in SWEEP_ROWS:
+        value = get(doc, path)
+        if target is not None and (value is None or value < target[1]):
+            out.append(f"{label} {fmt(value, spec)}")
+    return out
+
+
+def worst(by_seed: dict[int, dict[str, Any]], path: tuple[str, ...], lower_is_worse: bool) -> tuple[Any, int] | None:
+    """The worst value of one figure over seeds and the (first) seed it came from; None if never measured."""
+    values = [(v, seed) for seed, r in by_seed.items() if (v := get(r["quality"], path)) is not None]
+    if not values:
+        return None
+    return (min if lower_is_worse else max)(values, key=lambda vs: vs[0])
+
+
+def print_sweep(results: dict[str, dict[int, dict[str, Any]]], seeds: list[int], args: argparse.Namespace,
+                wall_s: float) -> None:
+    """One line per (scenario, seed), then the worst of each figure per scenario and over all, then the targets."""
+    w = 12
+    name_w = max(len(n) for n in results) + 2
+    spans, start = [], seeds[0]
+    for a, b in zip(seeds, seeds[1:] + [None]):
+        if b != a + 1:
+            spans.append(f"{start}-{a}" if a != start else f"{a}")
+            start = b
+    print(f"quality over seeds {','.join(spans)} ({len(seeds)} seeds): {args.seconds:g} s per scenario, "
+          f"{'median of ' + str(args.repeat) + ' runs' if args.repeat > 1 else 'one run each'}, "
+          f"road: {'config/stack.yaml' if args.stack_road else 'per scenario'}, op cost: {args.cost}")
+    print(f"{'scenario':<{name_w}}{'seed':>6}" + "".join(f"{label:>{w}}" for label, *_ in SWEEP_ROWS)
+          + f"{'determ.':>{w}}")
+    for name, by_seed in results.items():
+        for seed, r in by_seed.items():
+            print(f"{name:<{name_w}}{seed:>6}" + "".join(f"{fmt(get(r['quality'], path), spec):>{w}}"
+                                                      for _, path, spec, _, _ in SWEEP_ROWS)
+                  + f"{str(r['deterministic']):>{w}}")
+    print("\nworst (seed; on the line 'all': scenario initials and seed)")
+    everything = {(name, seed): r for name, by_seed in results.items() for seed, r in by_seed.items()}
+    groups = [(name, {seed: r for seed, r in by_seed.items()}) for name, by_seed in results.items()]
+    for name, by_seed in groups + ([("all", dict(enumerate(everything.values())))] if len(results) > 1 else []):
+        cells = []
+        for _, path, spec, _, lower in SWEEP_ROWS:
+            found = worst(by_seed, path, lower)
+            if found is None:
+                cells.append("n/a")
+            elif name == "all":   # a run over all scenarios: its scenario's initials and seed
+                key = list(everything)[found[1]]
+                cells.append(f"{fmt(found[0], spec)} {''.join(p[0] for p in key[0].split('_'))}{key[1]}")
+            else:
+                cells.append(f"{fmt(found[0], spec)} ({found[1]})")
+        print(f"{name:<{name_w}}{'':>6}" + "".join(f"{c:>{w}}" for c in cells))
+    failing = [f"{name} seed {seed} ({', '.join(m)})" for (name, seed), r in everything.items()
+               if (m := missed_targets(r["quality"]))]
+    print(f"\ntargets ({TARGETS}): " + (f"met by all {len(everything)} runs" if not failing else
+                                         f"missed by {len(failing)} of {len(everything)}: " + "; ".join(failing)))
+    nondet = [f"{name} seed {seed}" for (name, seed), r in everything.items() if not r["deterministic"]]
+    print(f"deterministic: {'every run' if not nondet else 'NOT ' + ', '.join(nondet)}; {wall_s:.0f} s in all")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("scenarios", nargs="*", default=sorted(SCENARIOS))
     ap.add_argument("--seconds", type=float, default=SECONDS)
-    ap.add_argument("--seed", type=int, default=SEED)
+    seed = ap.add_mutually_exclusive_group()
+    seed.add_argument("--seed", type=int, default=SEED)
+    seed.add_argument("--seeds", type=seed_list, help="a sweep: seeds as 1-12, 3,8 or 1-4,9; the worst of each figure")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--stack-road", action="store_true", help="config/stack.yaml's road layout for every scenario")
     ap.add_argument("--cost", choices=sorted(COSTS), default="zero", help="the replay's op cost model (virtual time)")
     ap.add_argument("--json", help="also write the full quality documents to this file")
     args = ap.parse_args()
+    unknown = [n for n in args.scenarios if n not in SCENARIOS]
+    if unknown:
+        ap.error(f"argument scenarios: expected one of {', '.join(sorted(SCENARIOS))}, found {unknown[0]!r}")
     t0 = time.perf_counter()
+    if args.seeds:
+        results_by_seed: dict[str, dict[int, dict[str, Any]]] = {}
+        for name in args.scenarios:
+            for s in args.seeds:
+                r = run(name, s, args.seconds, args.repeat, args.stack_road, args.cost)
+                results_by_seed.setdefault(name, {})[s] = r
+                print(f"{name} seed {s}: {r['wall_s']:.0f} s", file=sys.stderr, flush=True)
+        print_sweep(results_by_seed, args.seeds, args, time.perf_counter() - t0)
+        if args.json:
+            Path(args.json).write_text(json.dumps({n: {str(s): r for s, r in d.items()}
+                                                   for n, d in results_by_seed.items()}, indent=1, default=float))
+        return
     results = {name: run(name, args.seed, args.seconds, args.repeat, args.stack_road, args.cost)
                for name in args.scenarios}
     names = list(results)

@@ -12,7 +12,8 @@ Three ops:
 3. ``camera_decode``: centre peaks are the heatmap cells equal to their 3x3 max-pool (NMS without
    sorting boxes), the ``MAX_CAMERA_BOXES`` best scores across classes are taken with one
    ``topk``, and each becomes a box ``u1, v1, u2, v2`` in the full frame's pixels, score and class
-   (an index into ``schema.CLASSES``). Boxes under ``score_threshold`` are not counted.
+   (an index into ``schema.CLASSES``). Boxes under ``score_threshold`` are not counted, nor boxes
+   overlapping a better-scored one by IoU > 0.6 whatever their classes (one object, one box).
 
 The weights come from ``pipelines/train_camera.py`` (see ``pipelines/models/README.md``).
 
@@ -34,6 +35,7 @@ from torch import nn
 
 from rt_runtime import Graph, Op, TensorSpec
 from pipelines import schema
+from pipelines.geometry import compact
 from pipelines.lidar import on_device
 
 WEIGHTS = Path(__file__).parent / "models" / "camera_centernet.pt"
@@ -153,9 +155,10 @@ def letterbox_into(image: torch.Tensor, out: torch.Tensor, frame: torch.Tensor, 
 
 
 def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, scale: float | tuple[float, float],
-                threshold: float, offset: tuple[float, float] = (0.0, 0.0)) -> None:
+                threshold: float, offset: tuple[float, float] = (0.0, 0.0), overlap: float = 0.6) -> None:
     """CenterNet decoding: 3x3 max-pool peaks, top-k over classes and cells, boxes in frame pixels
-    (``cell * scale - offset`` per axis: a letterboxed frame's boxes land in its source pixels)."""
+    (``cell * scale - offset`` per axis: a letterboxed frame's boxes land in its source pixels), class-agnostic
+    suppression of boxes overlapping a better one by more than ``overlap`` (IoU)."""
     su, sv = scale if isinstance(scale, tuple) else (scale, scale)
     ou, ov = offset
     heat = torch.sigmoid(maps[0, :NUM_CLASSES])
@@ -169,9 +172,17 @@ def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, sc
     half_w, half_h = reg[0].exp() / 2, reg[1].exp() / 2
     torch.stack([(cu - half_w) * su - ou, (cv - half_h) * sv - ov, (cu + half_w) * su - ou, (cv + half_h) * sv - ov,
                  score, cls.float()], 1, out=boxes)
-    keep = score >= threshold
-    boxes.mul_(keep.unsqueeze(1))
-    count.copy_(keep.sum().view(1))
+    # One object, two class peaks (a cyclist's rider also peaks as a pedestrian): drop a box that
+    # overlaps a better-scored one (topk is sorted) by more than ``overlap``, whatever either's class.
+    lt = torch.maximum(boxes[:, None, :2], boxes[None, :, :2])
+    rb = torch.minimum(boxes[:, None, 2:4], boxes[None, :, 2:4])
+    inter = (rb - lt).clamp(min=0).prod(-1)
+    area = (boxes[:, 2:4] - boxes[:, :2]).clamp(min=0).prod(-1)
+    iou = inter / (area[:, None] + area[None, :] - inter).clamp(min=1e-6)
+    keep = (score >= threshold) & ~(iou.tril(-1) > overlap).any(1)
+    rows, n = compact(boxes, keep)     # kept boxes first, still best first
+    boxes.copy_(rows)
+    count.copy_(n.view(1))
 
 
 def build_camera_graph(device: str = "cpu", **params: object) -> Graph:

@@ -89,3 +89,16 @@ def test_runs_on_cuda_like_on_cpu():
     n = int(cpu["camera_box_count"])
     assert int(gpu["camera_box_count"]) == n
     torch.testing.assert_close(gpu["camera_boxes"][:n].cpu(), cpu["camera_boxes"][:n], atol=0.5, rtol=1e-3)
+
+
+def test_decode_keeps_one_box_per_object_whatever_the_classes():
+    """A cyclist's rider also peaks as a pedestrian (crossing: the same rectangle twice, a false alarm
+    each time); a lower box overlapping a better one by IoU > 0.6 goes, a neighbour beside it stays."""
+    maps = peak_maps([(2, 10, 20, 0.8, 1.0, 2.0, 0.0, 0.0), (3, 10, 22, 0.6, 1.0, 2.0, -1.8, 0.1),
+                      (3, 10, 24, 0.7, 1.0, 2.0, 0.0, 0.0)])
+    boxes = torch.zeros(schema.MAX_CAMERA_BOXES, 6)
+    count = torch.zeros(1, dtype=torch.int32)
+    decode_into(maps, boxes, count, 16.0, 0.3)
+    assert int(count) == 2, "the 0.6 pedestrian box lies on the 0.8 cyclist box (IoU 0.82)"
+    assert boxes[:2, 4].tolist() == pytest.approx([0.8, 0.7]) and boxes[:2, 5].tolist() == [2.0, 3.0]
+    assert torch.all(boxes[2:] == 0), "kept boxes first, the rest cleared"
