@@ -94,7 +94,8 @@ def dataset(scenarios, seeds, every: float):
             for img, rects, cls, care in frames(name, seed, every=every):
                 x = torch.empty(1, 3, img.shape[0] // k, img.shape[1] // k)
                 block = torch.empty(img.shape[0] // k, img.shape[1] // k, 3)
-                preprocess_into(torch.from_numpy(img), x, block, k, mean, inv_std)
+                rows = torch.empty(img.shape[0] // k, img.shape[1], 3)
+                preprocess_into(torch.from_numpy(img), x, block, k, mean, inv_std, rows)
                 xs.append(x.half())
                 labels.append((rects, cls, care))
     return torch.cat(xs), labels
