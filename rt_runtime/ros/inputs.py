@@ -27,9 +27,9 @@ from ..bag import from_cdr
 from ..bag.types import stamp_ns
 from ..config.stack import IngressRoute
 from ..io import INGRESS_CODECS
-from ..io.ingress import decode
+from ..io.ingress import EgoMotion, decode
 
-CLOUD_CODECS = ("lidar_points", "radar_points")
+CLOUD_CODECS = ("lidar_points", "lidar_points_deskewed", "radar_points")
 STALE_PERIODS = 3          # silent for this many of its own periods (and at least stale_after): stale
 MAX_RX_LATENCY_NS = 10_000_000_000   # header stamps further off are another time base (a bag's)
 
@@ -113,6 +113,11 @@ class Ingress:
         self.convert = convert
         self.stale_after_ns = stale_after_ns
         self.health = {r.topic: TopicHealth(r.topic, r.codec) for r in routes}
+        # The ego's motion for codecs that compensate it (deskew), updated by each odometry message as it
+        # arrives; mounts (the lever arm) are not read live: /tf_static is a bag's, here the sensor frame is
+        # taken as base_link (docs/SENSORS.md).
+        moving = any(INGRESS_CODECS[r.codec].uses_motion for r in routes)
+        self.motion: EgoMotion | None = EgoMotion() if moving else None
 
     def callback(self, route: IngressRoute) -> Callable[[bytes], None]:
         """The subscription callback for ``route``: decode, push, count."""
@@ -122,7 +127,8 @@ class Ingress:
         topic = route.topic
         cloud = route.codec in CLOUD_CODECS
         channels = list(route.channels.items())
-        driver, convert, monitor = self.driver, self.convert, self.monitor
+        driver, convert, monitor, motion = self.driver, self.convert, self.monitor, self.motion
+        odometry = motion is not None and route.codec == "odometry"
         perf, wall = time.perf_counter_ns, time.time_ns
         chans = [ch for _, ch in channels]
 
@@ -138,7 +144,9 @@ class Ingress:
             h.received += 1
             try:
                 msg = from_cdr(raw, msgtype)
-                value = decode(codec, msg, topic)
+                value = decode(codec, msg, topic, motion)
+                if odometry:
+                    motion.update(value["value"])   # type: ignore[union-attr]
                 tensors = [(ch, convert(value[role])) for role, ch in channels]
             except Exception as e:  # noqa: BLE001 - a bad message is counted, never fatal
                 h.bad += 1
