@@ -15,6 +15,7 @@ uniform in [0, 1), integers zero, symbolic dims at 256 (seeded). Needs no rosbag
 from __future__ import annotations
 
 import argparse
+from contextlib import nullcontext
 import json
 import os
 import statistics
@@ -29,10 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from rt_runtime.core.tensor import Dim  # noqa: E402
 from rt_runtime.device.base import device_for  # noqa: E402
 from rt_runtime.exec.executor import GraphExecutor  # noqa: E402
-from rt_runtime.exec.warmup import warm_up  # noqa: E402
+from rt_runtime.exec.warmup import spec_zeros, warm_up  # noqa: E402
 
 CUDA_TEST_FILES = ["tests/test_exec.py", "tests/test_pipeline_camera.py", "tests/test_pipeline_lidar.py",
                    "tests/test_pipeline_radar.py", "tests/test_device_cpu_async.py"]
@@ -66,9 +66,9 @@ def inputs_for(graph: Any, device: str, seed: int = 7) -> dict[str, torch.Tensor
     g = torch.Generator().manual_seed(seed)
     out = {}
     for spec in graph.inputs:
-        shape = tuple(min(d.max, 256) if isinstance(d, Dim) else d for d in spec.shape)
-        dt = getattr(torch, spec.dtype)
-        t = torch.rand(shape, generator=g).to(dt) if dt.is_floating_point else torch.zeros(shape, dtype=dt)
+        t = spec_zeros(spec, "cpu", symbolic=256)   # warm-up's shapes and layouts
+        if t.is_floating_point():
+            t.copy_(torch.rand(t.shape, generator=g))
         out[spec.name] = t.to(device)
     return out
 
@@ -128,7 +128,7 @@ def check_sync_free(dev: Any, gs: dict[str, Any], device: str) -> dict[str, Any]
             if dev.kind == "cuda":
                 torch.cuda.set_sync_debug_mode("error")
             try:
-                with torch.cuda.stream(ex.stream) if dev.kind == "cuda" else _null():
+                with torch.cuda.stream(ex.stream) if dev.kind == "cuda" else nullcontext():
                     fn(*args)
             except RuntimeError as e:
                 bad.append({"op": op.name, "error": str(e).splitlines()[0][:200]})
@@ -137,14 +137,6 @@ def check_sync_free(dev: Any, gs: dict[str, Any], device: str) -> dict[str, Any]
                     torch.cuda.set_sync_debug_mode(0)
         found[name] = {"capturable_ops": sum(o.capturable for o in graph.ops), "syncing_ops": bad}
     return found
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: object) -> None:
-        return None
 
 
 def check_capture(dev: Any, gs: dict[str, Any], device: str, repeats: int) -> dict[str, Any]:
@@ -237,9 +229,7 @@ def check_isolation(dev: Any, gs: dict[str, Any], device: str, repeats: int) -> 
     a = torch.randn(4096, 4096, device=device, dtype=torch.bfloat16)
 
     def latency(urgency: float, loaded: bool) -> float:
-        ex = GraphExecutor(graph, dev, owner=f"camera@{urgency}")
-        ex.stream = dev.stream(urgency=urgency)
-        ex._stream_ctx = torch.cuda.stream(ex.stream)
+        ex = GraphExecutor(graph, dev, owner=f"camera@{urgency}", urgency=urgency)
         ex.run(inp)
         torch.cuda.synchronize()
         times = []

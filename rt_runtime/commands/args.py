@@ -155,10 +155,10 @@ def duration_text(text: str) -> str:
 
 def device(text: str) -> str:
     """``cpu``, ``cpu-async`` (the asynchronous twin of CUDA), ``cuda`` or ``cuda:N`` present on this machine."""
-    from ..config.stack import _device
+    from ..config.stack import check_device
     from ..config.yamlfile import ConfigError
 
     try:
-        return _device(text.strip(), "--device")
+        return check_device(text.strip(), "--device")
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e).rsplit("device: ", 1)[-1]) from None

@@ -239,7 +239,7 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
                     fld="diagnostics_period")
     check_wiring(doc, source)   # one writer per channel, every read channel fed, ... (wiring.py)
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
-                       device=_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
+                       device=check_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
                        frame=str(doc.get("frame", "map")),
                        diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress),
                        realtime=parse_realtime(doc.get("realtime"), lambda m: _fail(source, "realtime", m,
@@ -280,7 +280,7 @@ def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
                     task=name, fld="worker")
 
 
-def _device(value: object, source: str) -> str:
+def check_device(value: object, source: str) -> str:
     """``device:``: cpu, cpu-async, cuda or cuda:N; a CUDA device is checked against this machine (torch asked only then)."""
     if not isinstance(value, str) or not DEVICE.fullmatch(value):
         raise _fail(source, "device", f"expected cpu, cpu-async, cuda or cuda:N, found {clip(value)}", fld="device")

@@ -189,17 +189,15 @@ class GraphExecutor:
         self.prepared = True
         if not self.graph.capturable:
             return False
-        self.bind(inputs)
         try:
             with _CAPTURE_LOCK:
                 self.device.synchronize()
                 self._capture(inputs)
                 self.device.synchronize()
         except Exception as e:  # noqa: BLE001 - a graph that cannot be captured still runs, eagerly
-            self._cuda_graph = None
+            self._cuda_graph = None   # the next job binds its own inputs again (steps)
             self._staging.clear()
             self._captured_shapes.clear()
-            self.bind(inputs)
             print(f"rt_runtime: capture of graph '{self.graph.name}' failed ({type(e).__name__}: {e}); it runs "
                   f"eagerly", file=sys.stderr)
             return False
