@@ -45,20 +45,28 @@ class Boom:
         return x + 1
 
 
-def chain_runtime(deadline_ms: int = 20, policy: str = "edf", boom: set[int] = frozenset(), extra=()):
-    """A (on /in) -> B -> C, chain deadline ``deadline_ms``; budgets 2, 3, 1 ms; D reads /c every 100 ms."""
+def chain_runtime(deadline_ms: int = 20, policy: str = "edf", boom: set[int] = frozenset(), extra=(),
+                  c_kw: dict | None = None, slow_a: dict[int, int] | None = None):
+    """A (on /in) -> B -> C, chain deadline ``deadline_ms``; budgets 2, 3, 1 ms (A's job j: ``slow_a[j]`` ms);
+    D reads /c every 100 ms; ``c_kw``: more of C's binding (a fallback, its reaction)."""
     tasks = [
         TaskBinding(Task("A", 100 * MS, 2 * MS, trigger="/in", priority=1), unary("a", Boom(set(boom))),
                     inputs={"x": "/in"}, outputs={"y": "/a"}),
         TaskBinding(Task("B", 100 * MS, 3 * MS, priority=2), unary("b", lambda a: a * 2),
                     inputs={"x": "/a"}, outputs={"y": "/b"}),
         TaskBinding(Task("C", 100 * MS, 1 * MS, priority=3), combine("c"),
-                    inputs={"a": "/a", "b": "/b"}, outputs={"y": "/c"}),
+                    inputs={"a": "/a", "b": "/b"}, outputs={"y": "/c"}, **(c_kw or {})),
         TaskBinding(Task("D", 100 * MS, 1 * MS, deadline_ns=2 * MS, offset_ns=20 * MS, priority=4), unary("d", lambda c: c),
                     inputs={"x": "/c"}, outputs={"y": "/d"}),
         *extra]
     sink, out = RecordingSink(), []
-    rt = Runtime(tasks, policy=policy, clock=VirtualClock(), cost=BudgetCost(tasks), sink=sink,
+    budget = BudgetCost(tasks)
+
+    def cost(task: str, job: int, i: int, op: Op, measured: int) -> int:
+        if task == "A" and job in (slow_a or {}):
+            return slow_a[job] * MS
+        return budget(task, job, i, op, measured)
+    rt = Runtime(tasks, policy=policy, clock=VirtualClock(), cost=cost, sink=sink,
                  egress=lambda ch, t, seq, d: out.append((ch, t // MS, float(d[0]))),
                  chains=[Chain("abc", ("A", "B", "C"), deadline_ms * MS)])
     for k in range(3):
@@ -93,6 +101,22 @@ def test_a_member_still_waiting_at_the_chain_deadline_misses_and_never_runs() ->
     st = rt.stats()
     assert st["B"]["released"] == 0 and st["C"]["released"] == 0 and st["C"]["started"] == 0
     assert not sink.of(EventKind.PUBLISH, "C")
+
+
+def test_a_degraded_member_whose_fallback_reads_no_predecessor_does_not_wait_for_them() -> None:
+    """A runs 25 ms in instances 0 and 1: C misses while waiting and degrades; its fallback (a fixed stop,
+    reading nothing) is released with the head of instance 1 and published late rather than starved."""
+    stop = Graph("stop", [Op("stop", lambda y: y.fill_(-1.0), (), (Y,))], [], ["y"])
+    rt, sink, out = chain_runtime(c_kw={"fallback": stop, "on_miss": "degrade", "recover_after": 1},
+                                  slow_a={0: 25, 1: 25})
+    rt.run_until(250 * MS)
+    rel = {(e.task, e.job_index): e.t_ns // MS for e in sink.of(EventKind.RELEASE) if e.task == "C"}
+    assert (("C", 0) not in rel, rel[("C", 1)], rel[("C", 2)]) == (True, 100, 200)   # with the head, not after B
+    # Instance 1: missed at 120 behind A, published at its finish (not aborted); instance 2 on time, and
+    # that clean job switches C back.
+    assert [(t, v) for ch, t, v in out if ch == "/c"] == [(126, -1.0), (220, -1.0)]
+    assert (rt.stats()["C"]["recovered"], rt.stats()["C"]["mode"]) == (1, "primary")
+    assert [e.job_index for e in sink.of(EventKind.ABORT, "C")] == [0]   # only the primary job that never ran
 
 
 def test_a_failed_member_hands_over_the_last_published_value() -> None:

@@ -109,6 +109,22 @@ def test_degrade_switches_the_group_to_fallback_and_back_after_n_clean_cycles() 
         assert (st["degraded"], st["recovered"], st["mode"]) == (1, 1, "primary")
 
 
+def test_a_fallback_job_that_misses_publishes_late_instead_of_being_aborted() -> None:
+    """Job 2 (primary) misses and degrades; job 4 (the fallback) misses too: nothing safer is left, so the
+    minimal-risk output is published at its finish rather than the last nominal one left standing."""
+    def cost(t: str, j: int, i: int, op: Op, measured: int) -> int:
+        return 15 * MS if j in (2, 4) else declared_cost(t, j, i, op, measured)
+    plan = TaskBinding(Task("plan", 10 * MS, 5 * MS), counter("plan"), inputs={"x": "/x"}, outputs={"y": "/x"},
+                       fallback=const("stop", -1.0), on_miss="degrade", on_overrun="none", recover_after=100)
+    rt, sink, eg = _run([plan], cost, 90)
+    assert [(e.job_index, e.t_ns // MS) for e in sink.of(EventKind.MISS)] == [(2, 30), (4, 50)]
+    assert [(e.job_index, e.a) for e in sink.of(EventKind.REACTION) if e.a != REACT_NONE] == [(2, REACT_DEGRADE)]
+    assert [e.job_index for e in sink.of(EventKind.ABORT)] == [2]
+    assert eg.on("/x") == [(10, 1.0), (20, 2.0), (40, -1.0), (55, -1.0), (60, -1.0), (70, -1.0), (80, -1.0),
+                           (90, -1.0)]   # job 4 at its finish, 55
+    assert (rt.stats()["plan"]["missed"], rt.stats()["plan"]["aborted"]) == (2, 1)
+
+
 def test_overrun_is_stamped_when_the_budget_runs_out_and_reacted_to() -> None:
     for reaction, published in (("skip", False), ("none", True)):
         x = TaskBinding(Task("X", 10 * MS, 3 * MS), counter("x"), inputs={"x": "/x"}, outputs={"y": "/x"},

@@ -7,7 +7,9 @@ job of the instance finishes, then is released at that instant and reads the ear
 outputs of the instance directly from their reserved slots (pinned until it finishes). If an
 earlier member's job failed or was aborted, member k reads that channel's last published value
 instead (stale) and runs anyway: a planner still plans when a detector fails. A member still
-waiting at r + D misses like any job (its reaction applies) and is never released.
+waiting at r + D misses like any job (its reaction applies) and is never released. A member degraded
+to a fallback graph that reads nothing from the members before it does not wait for them: it is
+released with the head, so a slow upstream cannot starve a minimal-risk plan.
 
 A member that has a period of its own (a planner; not a task triggered by its predecessor's
 output) is also released on its own, reading the channels, whenever its chain has opened no
@@ -49,6 +51,8 @@ class ChainState:
             if not ts.chain_in:
                 raise ValueError(f"chain '{name}': task '{ts.name}' reads nothing that "
                                  f"{', '.join(repr(m.name) for m in members[:k])} write(s)")
+            fb = ts.executors[1]
+            ts.fallback_alone = fb is not None and not {gin for gin, *_ in ts.chain_in} & {x.name for x in fb.graph.inputs}
 
 
 class ChainRun:
@@ -94,6 +98,11 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         ts.active += 1
         run.jobs[k] = job
         s.schedule((run.end_ns, 0, ts.name, idx, job))
+        if job.fallback and ts.fallback_alone:
+            # Its fallback reads nothing the members before it write: waiting for them would only let a
+            # slow upstream starve the minimal-risk plan.
+            prev = run.jobs[k - 1]
+            _release(s, job, r, prev.index if prev is not None else -1, k)
 
 
 def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
@@ -133,15 +142,20 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
                 ts.meta.fill(nxt.meta_block, gin, slot.t_ns, slot.seq, t, ch.readers[rid].stale)
     if ts.meta is not None:
         ts.meta.bind(nxt.meta_block, nxt.inputs)
-    nxt.release_ns = t
-    nxt.state = READY
+    _release(s, nxt, t, job.index, k)
+
+
+def _release(s: "Scheduler", job: RunJob, t: int, after: int, k: int) -> None:
+    """Queue member ``k``'s ``job`` of an instance at ``t`` (``after``: its predecessor's job index)."""
+    ts = job.ts
+    job.release_ns = t
+    job.state = READY
     ts.c["released"] += 1
     if s.tr:
-        s.sink.emit(_K.RELEASE, t, ts.name, nxt.index, ts.worker, CHAIN_RELEASE)
-        s.sink.emit(_K.CHAIN, t, ts.name, nxt.index, job.index, k)
-        s.sink.emit(_K.SNAPSHOT, t, ts.name, nxt.index, len(nxt.inputs), 0)
-    w = s.workers[ts.worker]
-    s.queue(w, nxt)
+        s.sink.emit(_K.RELEASE, t, ts.name, job.index, ts.worker, CHAIN_RELEASE)
+        s.sink.emit(_K.CHAIN, t, ts.name, job.index, after, k)
+        s.sink.emit(_K.SNAPSHOT, t, ts.name, job.index, len(job.inputs), 0)
+    s.queue(s.workers[ts.worker], job)
 
 
 def chain_bound(tasks: list[Any], chains: list[Any], timeouts: Any = None) -> list[ChainState]:

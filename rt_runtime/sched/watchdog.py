@@ -8,6 +8,7 @@ Reactions, per task: ``skip`` lets the job finish and drops its late output (the
 last value); ``abort`` cancels it at the next op boundary; ``degrade`` aborts it and switches the
 task, or its whole group, to the fallback graph, and back once every switched task has had
 ``recover_after`` clean jobs in a row (published on time, within budget); ``none`` only counts.
+A fallback job that misses is not aborted (there is nothing safer to degrade to): it publishes late.
 """
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ class Watchdog:
         """Apply a task's reaction to a job that missed (or overran)."""
         ts = job.ts
         ts.clean = 0
+        if reaction is Reaction.DEGRADE and job.fallback:
+            # Already the fallback: nothing safer to switch to, and aborting it would leave the last
+            # nominal output standing. Its output is published late, at finish (counted as a miss).
+            reaction = Reaction.NONE
         if reaction is Reaction.SKIP:
             job.drop = True
         elif reaction is Reaction.NONE:
