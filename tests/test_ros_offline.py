@@ -58,14 +58,20 @@ def test_load_config_applies_overrides_and_names_the_file_on_errors() -> None:
 class FakeDriver:
     def __init__(self) -> None:
         self.t = 0
+        self.epoch = 0
         self.pushed: list[tuple[str, int, object]] = []
+        self.stamps: list[int] = []
 
     def now(self) -> int:
         return self.t
 
-    def push(self, channel: str, t_ns: int, data: object) -> bool:
+    def push(self, channel: str, t_ns: int, data: object, stamp_ns: int = -1) -> bool:
         self.pushed.append((channel, t_ns, data))
+        self.stamps.append(stamp_ns)
         return True
+
+    def logical(self, ros_ns: int) -> int:
+        return max(0, ros_ns - self.epoch)
 
 
 def _ingress() -> tuple[Ingress, FakeDriver, dict]:
@@ -95,6 +101,7 @@ def test_ingress_decodes_raw_cdr_into_channels_counting_nan_points_and_backward_
     (ch, t, pts), _, (ch2, _, img) = drv.pushed
     assert (ch, t, tuple(pts.shape)) == ("lidar/points", 5 * MS, (93, 4)) and not torch.isnan(pts).any()
     assert ch2 == "camera/image" and tuple(img.shape) == (4, 6, 3)
+    assert drv.stamps == [2_000, 1_000, 0]   # each header stamp on the logical timeline (epoch 0 here)
 
 
 def test_malformed_messages_are_counted_reported_and_never_raise() -> None:

@@ -202,7 +202,8 @@ def test_a_periodic_member_runs_on_its_own_when_its_chain_falls_silent() -> None
 
 
 def test_ops_read_the_metadata_of_what_they_read() -> None:
-    """``x.meta`` beside ``x``: [t_ns, seq, age_ns, stale] of the message the job read, with no binding of its own."""
+    """``x.meta`` beside ``x``: [t_ns, seq, age_ns, stale, stamp_ns] of the message the job read, with no
+    binding of its own; the stamp follows the data through a chain and a downstream task."""
     from rt_runtime.sched.meta import meta_spec
 
     seen = []
@@ -211,17 +212,27 @@ def test_ops_read_the_metadata_of_what_they_read() -> None:
               [x, meta_spec("x")], ["y"])
     b = TaskBinding(Task("M", 10 * MS, 1 * MS), g, inputs={"x": "/x"}, outputs={"y": "/y"})
     rt = Runtime([b], clock=VirtualClock(), cost=BudgetCost([b]))
-    rt.push("/x", 3 * MS, torch.zeros(1))
-    rt.push("/x", 12 * MS, torch.ones(1))
+    rt.push("/x", 3 * MS, torch.zeros(1), stamp_ns=1 * MS)   # a sensor message stamped 2 ms before it arrived
+    rt.push("/x", 12 * MS, torch.ones(1))                     # no header: stamped at its push
     rt.run_until(35 * MS)
     # Released at 10 (reads the 3 ms message, seq 0), 20 (the 12 ms one, seq 1), 30 (nothing new: stale).
-    assert seen == [[3 * MS, 0, 7 * MS, 0], [12 * MS, 1, 8 * MS, 0], [12 * MS, 1, 18 * MS, 1]]
+    assert seen == [[3 * MS, 0, 7 * MS, 0, 1 * MS], [12 * MS, 1, 8 * MS, 0, 12 * MS], [12 * MS, 1, 18 * MS, 1, 12 * MS]]
     # Inside a chain, a handed-over input is stamped at the hand-over, not yet published (seq -1).
+    # Downstream: C (periodic, 30 ms) reads /b; D (triggered by /c) reads /c.
+    seen_c, seen_d = [], []
+    gc = Graph("c", [Op("c", lambda v, m, y: (seen_c.append(m.tolist()), y.copy_(v))[1], (x, meta_spec("x")),
+                        (out,))], [x, meta_spec("x")], ["y"])
+    gd = Graph("d", [Op("d", lambda v, m, y: (seen_d.append(m.tolist()), y.copy_(v))[1], (x, meta_spec("x")),
+                        (out,))], [x, meta_spec("x")], ["y"])
     tasks = [TaskBinding(Task("A", 100 * MS, 2 * MS, trigger="/in"), unary("a", lambda v: v + 1),
                          inputs={"x": "/in"}, outputs={"y": "/a"}),
-             TaskBinding(Task("B", 100 * MS, 3 * MS), g, inputs={"x": "/a"}, outputs={"y": "/b"})]
+             TaskBinding(Task("B", 100 * MS, 3 * MS), g, inputs={"x": "/a"}, outputs={"y": "/b"}),
+             TaskBinding(Task("C", 100 * MS, 1 * MS, offset_ns=30 * MS), gc, inputs={"x": "/b"}, outputs={"y": "/c"}),
+             TaskBinding(Task("D", 100 * MS, 1 * MS, trigger="/c"), gd, inputs={"x": "/c"}, outputs={"y": "/d"})]
     seen.clear()
     rt = Runtime(tasks, clock=VirtualClock(), cost=BudgetCost(tasks), chains=[Chain("ab", ("A", "B"), 20 * MS)])
-    rt.push("/in", 5 * MS, torch.zeros(1))
-    rt.run_until(50 * MS)
-    assert seen == [[7 * MS, -1, 0, 0]]
+    rt.push("/in", 5 * MS, torch.zeros(1), stamp_ns=2 * MS)
+    rt.run_until(150 * MS)
+    assert seen == [[7 * MS, -1, 0, 0, 2 * MS]]   # the head's stamp: what released A
+    assert seen_c[0] == [25 * MS, 0, 5 * MS, 0, 2 * MS]   # B's output, published with the chain at 25, of 2 ms
+    assert seen_d[0] == [130 * MS, 0, 0, 0, 30 * MS]      # C is periodic: its output describes its release

@@ -66,7 +66,7 @@ def test_an_optional_input_reads_its_empty_default_and_says_stale() -> None:
     rt.push("/b", 0, torch.full((1,), 5.0))
     rt.push("/a", 15 * MS, torch.full((1,), 1.0))
     rt.run_until(25 * MS)
-    assert out[:2] == [5.0, 5.0] and metas[0] == [0, -1, 0, 1] and metas[2][:2] == [15 * MS, 0]
+    assert out[:2] == [5.0, 5.0] and metas[0] == [0, -1, 0, 1, 0] and metas[2][:2] == [15 * MS, 0]
 
 
 def test_bad_joins_are_refused() -> None:

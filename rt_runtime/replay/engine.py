@@ -291,7 +291,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                     monitor.rejected(next(iter(item.route.channels.values())), item.t_ns)
                 continue
             for role, channel in item.route.channels.items():
-                rt.push(channel, item.t_ns, _to_tensor(item.value[role], tensor_device(cfg.device)))
+                rt.push(channel, item.t_ns, _to_tensor(item.value[role], tensor_device(cfg.device)), item.stamp_ns)
                 if monitor is not None:
                     monitor.arrived(channel, item.t_ns, item.t_ns)   # no transport delay in a recording
             inputs += 1

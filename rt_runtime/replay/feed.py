@@ -43,6 +43,7 @@ class FeedItem:
     error: str | None = None
     kind: str | None = None   # why ``value`` is None: undecodable, nonfinite, crc, chunk
     notes: tuple[tuple[str, str], ...] = ()   # (kind, what) of a message used anyway: stamp_backwards, stamp_far
+    stamp_ns: int = -1   # its header stamp minus the bag's start (-1: no header): what ``x.meta`` says
 
 
 def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration_ns: int) -> Iterator[FeedItem]:
@@ -69,7 +70,10 @@ def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration
         except BagError as e:
             yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e), "undecodable")
             continue
-        yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(obj, msg.topic, msg.t_ns, last))
+        head = getattr(obj, "header", None)
+        at = max(0, stamp_ns(head.stamp) - reader.start_ns) if head is not None else -1
+        yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(obj, msg.topic, msg.t_ns, last),
+                       stamp_ns=at)
 
 
 def _ego_motion(reader: BagReader, routes: Mapping[str, IngressRoute]) -> EgoMotion | None:

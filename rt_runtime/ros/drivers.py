@@ -73,14 +73,18 @@ class WallDriver:
         """Logical time (ns since the start)."""
         return self.rt.clock.now()
 
-    def push(self, channel: str, t_ns: int, data: Any) -> bool:
-        """Ingress, from any thread."""
-        self.rt.push(channel, t_ns, data)
+    def push(self, channel: str, t_ns: int, data: Any, stamp_ns: int = -1) -> bool:
+        """Ingress, from any thread (``stamp_ns``: the data's header stamp on the logical timeline)."""
+        self.rt.push(channel, t_ns, data, stamp_ns)
         return True
 
     def stamp(self, t_ns: int) -> int:
         """ROS time (ns) of a logical instant."""
         return self.ros_epoch_ns + t_ns
+
+    def logical(self, ros_ns: int) -> int:
+        """The logical instant of a ROS time (a header stamp); never before the start."""
+        return max(0, ros_ns - self.ros_epoch_ns)
 
     def call(self, fn: Callable[[int], Any]) -> None:
         """Run ``fn(now)`` on the scheduler, under its lock."""
@@ -149,17 +153,21 @@ class SimDriver:
         """Logical time of the latest ``/clock``."""
         return self.logical
 
-    def push(self, channel: str, t_ns: int, data: Any) -> bool:
+    def push(self, channel: str, t_ns: int, data: Any, stamp_ns: int = -1) -> bool:
         """Queue ingress for the driver thread; False when the backlog is full (the driver lags)."""
         with self._cv:
             if len(self._inbox) >= self.max_backlog:
                 return False
-            self._inbox.append((channel, t_ns, data))
+            self._inbox.append((channel, t_ns, data, stamp_ns))
         return True
 
     def stamp(self, t_ns: int) -> int:
         """ROS (sim) time of a logical instant."""
         return (self.t0 or 0) + t_ns
+
+    def logical(self, ros_ns: int) -> int:
+        """The logical instant of a ROS (sim) time (a header stamp); never before the start."""
+        return max(0, ros_ns - (self.t0 or 0))
 
     def call(self, fn: Callable[[int], Any]) -> None:
         """Run ``fn(now)`` on the driver thread, before its next step."""
@@ -183,8 +191,8 @@ class SimDriver:
             self._inbox.clear()
             calls = list(self._calls)
             self._calls.clear()
-        for channel, t, data in items:
-            rt.push(channel, max(t, rt.now), data)
+        for channel, t, data, stamp in items:
+            rt.push(channel, max(t, rt.now), data, stamp)
         for fn in calls:
             fn(rt.now)
         if target > rt.now:

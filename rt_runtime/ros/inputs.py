@@ -159,8 +159,10 @@ class Ingress:
                     driver.call(lambda now: monitor.rejected(chans[0], now))
                 return
             t = driver.now()
+            head = getattr(msg, "header", None)
+            at = driver.logical(stamp_ns(head.stamp)) if head is not None else -1
             for ch, data in tensors:
-                if not driver.push(ch, t, data):
+                if not driver.push(ch, t, data, at):
                     h.dropped += 1
                     break
             dt = perf() - t0

@@ -90,6 +90,7 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         job.chain_run = run
         if s.snapshot(ts, job, r, skip={gin for gin, *_ in ts.chain_in}) is None:
             return   # a required input never written yet: neither it nor the members after it run
+        job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
         if ts.writers:
             job.outs = [ch.reserve() for _, ch in ts.writers]
         job.fallback = ts.mode
@@ -137,9 +138,9 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
         nxt.pins.append((ch, slot))
         if ts.meta is not None and gin in ts.meta.row_of:   # handed over: stamped at this instant, no seq yet
             if handed:
-                ts.meta.fill(nxt.meta_block, gin, t, -1, t, False)
+                ts.meta.fill(nxt.meta_block, gin, t, -1, t, False, src.stamp_ns)
             else:
-                ts.meta.fill(nxt.meta_block, gin, slot.t_ns, slot.seq, t, ch.readers[rid].stale)
+                ts.meta.fill(nxt.meta_block, gin, slot.t_ns, slot.seq, t, ch.readers[rid].stale, slot.stamp_ns)
     if ts.meta is not None:
         ts.meta.bind(nxt.meta_block, nxt.inputs)
     _release(s, nxt, t, job.index, k)

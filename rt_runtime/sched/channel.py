@@ -50,7 +50,7 @@ class ChannelConfig:
 class Slot:
     """One preallocated message buffer; ``data`` is a view of the valid part, ``refs`` its holders."""
 
-    __slots__ = ("index", "buf", "data", "shape", "seq", "t_ns", "refs")
+    __slots__ = ("index", "buf", "data", "shape", "seq", "t_ns", "stamp_ns", "refs")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -59,6 +59,7 @@ class Slot:
         self.shape: tuple[int, ...] | None = None
         self.seq = -1
         self.t_ns = -1
+        self.stamp_ns = -1   # the time the data describe (a sensor's header stamp), on the same timeline
         self.refs = 0
 
     def __repr__(self) -> str:
@@ -225,11 +226,13 @@ class Channel:
             np.copyto(dst, data)
         return slot
 
-    def commit(self, slot: Slot, t_ns: int) -> int:
-        """Make a filled slot the newest message at logical time ``t_ns``; returns its seq."""
+    def commit(self, slot: Slot, t_ns: int, stamp_ns: int = -1) -> int:
+        """Make a filled slot the newest message at logical time ``t_ns``, describing the world at
+        ``stamp_ns`` (-1: at ``t_ns``); returns its seq."""
         seq = self.seq
         self.seq = seq + 1
         slot.seq, slot.t_ns = seq, t_ns
+        slot.stamp_ns = stamp_ns if stamp_ns >= 0 else t_ns
         self.writes += 1
         old = self._latest
         self._latest = slot              # the reservation's reference becomes the latest's
@@ -257,11 +260,11 @@ class Channel:
         if slot.index >= 0:
             self._unref(slot)
 
-    def write(self, t_ns: int, data: Any) -> int:
+    def write(self, t_ns: int, data: Any, stamp_ns: int = -1) -> int:
         """Reserve, copy and commit in one call (ingress); returns the seq."""
-        return self.commit(self.fill(self.reserve(), data), t_ns)
+        return self.commit(self.fill(self.reserve(), data), t_ns, stamp_ns)
 
-    def adopt(self, t_ns: int, data: Any) -> int:
+    def adopt(self, t_ns: int, data: Any, stamp_ns: int = -1) -> int:
         """Commit ``data`` itself, without a copy (ingress whose caller hands the data over and never
         writes it again); returns the seq. A message of another library, dtype or device than the
         channel's, or not contiguous, is copied as ``write`` does (which rejects a dtype change)."""
@@ -274,11 +277,11 @@ class Channel:
         else:
             fits = self._lib == "torch" and data.device == self._device and data.is_contiguous()
         if not fits or data.dtype != self._dtype:
-            return self.write(t_ns, data)
+            return self.write(t_ns, data, stamp_ns)
         slot = self.reserve()
         slot.shape = None   # its data is not a view of its own buffer: a later fill makes a new view
         slot.data = data
-        return self.commit(slot, t_ns)
+        return self.commit(slot, t_ns, stamp_ns)
 
     def _unref(self, s: Slot) -> None:
         s.refs -= 1

@@ -62,6 +62,7 @@ class TaskState:
         self.meta: Any = None                # message metadata rows for ``x.meta`` inputs (sched.meta.MetaPool)
         self.join: Any = binding.join        # released by several channels (sched.binding.Join)
         self.join_readers: list[tuple["Channel", int]] = []   # its input readers on the join's channels
+        self.stamp_from: tuple["Channel", ...] = ()   # input channels whose stamp its outputs carry
         self.defaults: dict[str, Any] = {}   # optional input -> what a job reads before its first message
         self.deferred = False                # computed on the parallel pool, booked without running (sched.parallel)
 
@@ -101,6 +102,7 @@ class RunJob(Job):
     late_ok = False       # reaction "none" to a miss: publish late, at finish
     chain_run: Any = None  # the chain instance the job belongs to (sched.chains.ChainRun)
     meta_block = 0         # its rows in its task's MetaPool
+    stamp_ns = -1          # the instant its outputs describe (sched.meta: the trigger's stamp, else -1: release)
     comp: Any = None       # its computation on the parallel pool (sched.parallel.Computation)
     handovers: Any = ()    # chain inputs its computation resolves once their producers ran (sched.parallel)
 

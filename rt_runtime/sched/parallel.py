@@ -184,13 +184,14 @@ class ParallelCommit:
             fb.refs += 1
             nxt.pins.append((ch, fb))
         if ts.meta is not None and gin in ts.meta.row_of:
-            ts.meta.fill(nxt.meta_block, gin, t, -1, t, False)   # handed over: stamped now, no seq yet
+            ts.meta.fill(nxt.meta_block, gin, t, -1, t, False, src.stamp_ns)   # handed over: now, no seq yet
             if fb is not None:
                 import torch
 
                 r = ch.readers[rid]
                 k = ts.meta.row_of[gin]
-                meta = (ts.meta.names[k], torch.tensor([fb.t_ns, fb.seq, t - fb.t_ns, int(fb.seq <= r.last_seq)]))
+                meta = (ts.meta.names[k], torch.tensor([fb.t_ns, fb.seq, t - fb.t_ns, int(fb.seq <= r.last_seq),
+                                                            fb.stamp_ns]))
         if not nxt.handovers:
             nxt.handovers = []
         nxt.handovers.append((gin, src.comp, oi, fb, meta))

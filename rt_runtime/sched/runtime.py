@@ -131,6 +131,8 @@ class Runtime:
                 ch = self.channels[b.task.trigger]
                 ts.trigger = (ch, ch.add_reader(f"{b.name}.trigger"))
             ts.writers = [(gout, self.channels[chname]) for gout, chname in sorted(b.outputs.items())]
+            ts.stamp_from = tuple(c for c, _ in ts.join_readers) or (
+                (ts.trigger[0],) if ts.trigger is not None and ts.trigger_is_input else ())
             metas = {**meta_inputs(s.name for s in b.graph.inputs),   # type: ignore[union-attr]
                      **(meta_inputs(s.name for s in b.fallback.inputs) if b.fallback is not None else {})}
             if metas:   # one block of rows per job that can be alive at once (and one being filled)
@@ -205,20 +207,21 @@ class Runtime:
             self.channels[name].reserve_capacity(n)
 
     # ---- running ----------------------------------------------------------------------------
-    def push(self, channel: str, t_ns: int, data: Any) -> None:
-        """Ingress: ``data`` becomes visible on ``channel`` at logical ``t_ns`` (held by reference until then)."""
+    def push(self, channel: str, t_ns: int, data: Any, stamp_ns: int = -1) -> None:
+        """Ingress: ``data`` becomes visible on ``channel`` at logical ``t_ns`` (held by reference until then);
+        ``stamp_ns``: the instant the data describe on the same timeline (a sensor's header stamp; -1: ``t_ns``)."""
         s = self.sched
         if self.threaded:
             with s.lock:
-                s.push(channel, t_ns, data)
+                s.push(channel, t_ns, data, stamp_ns)
         elif self._driver is not None and threading.get_ident() != self._driver:
             if channel not in self.channels:
                 raise KeyError(f"push: no channel named {channel!r}")
-            s.inbox.append((channel, int(t_ns), data))
+            s.inbox.append((channel, int(t_ns), data, stamp_ns))
             if s.wake is not None:
                 s.wake.set()
         else:
-            s.push(channel, t_ns, data)
+            s.push(channel, t_ns, data, stamp_ns)
 
     def run_until(self, t_ns: int) -> None:
         """Run every cycle up to logical time ``t_ns`` (inclusive), then return."""

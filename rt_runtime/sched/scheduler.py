@@ -109,20 +109,20 @@ class Scheduler:
         if entry[0] < self.wake_at and self.wake is not None:
             self.wake.set()
 
-    def push(self, channel: str, t_ns: int, data: Any) -> None:
-        """Queue an ingress message, visible on ``channel`` at logical ``t_ns`` (data held by reference)."""
+    def push(self, channel: str, t_ns: int, data: Any, stamp_ns: int = -1) -> None:
+        """Queue an ingress message, visible on ``channel`` at logical ``t_ns`` (data held by reference),
+        describing the world at ``stamp_ns`` (-1: at ``t_ns``)."""
         if channel not in self.channels:
             raise KeyError(f"push: no channel named {channel!r} (have: {sorted(self.channels)})")
         seq = self._ingress_seq
         self._ingress_seq = seq + 1
-        self.schedule((int(t_ns), 1, channel, seq, data))
+        self.schedule((int(t_ns), 1, channel, seq, data, int(stamp_ns)))
 
     def drain_inbox(self) -> None:
         """Move messages pushed from other threads onto the timeline."""
         inbox = self.inbox
         while inbox:
-            ch, t, data = inbox.popleft()
-            self.push(ch, t, data)
+            self.push(*inbox.popleft())
 
     def next_ready_event(self) -> int:
         """The first instant on the timeline at which a job may become ready (or a miss be declared):
@@ -148,7 +148,7 @@ class Scheduler:
     # ---- the timeline -----------------------------------------------------------------------
     def process(self, entry: tuple) -> None:
         """Handle one timeline entry (already popped)."""
-        t, phase, _, index, payload = entry
+        t, phase, _, index, payload = entry[:5]
         if phase == 2:
             if index < 0:
                 timeout(self, payload, t)   # a chain member not released by its chain for its own period
@@ -157,14 +157,14 @@ class Scheduler:
         elif phase == 0:
             self.deadline(payload, t)
         else:
-            self._ingress(entry[2], t, payload)
+            self._ingress(entry[2], t, payload, entry[5])
 
-    def _ingress(self, name: str, t: int, data: Any) -> None:
+    def _ingress(self, name: str, t: int, data: Any, stamp_ns: int) -> None:
         ch = self.channels[name]
         if self.adopt:
-            ch.adopt(t, data)
+            ch.adopt(t, data, stamp_ns)
         else:
-            ch.write(t, data)
+            ch.write(t, data, stamp_ns)
         if ch.last_commit_drops and self.tr:
             self.sink.emit(_K.DROP, t, name, ch.seq - 1, DROP_CHANNEL, ch.last_commit_drops)
         for ts in self.triggers.get(name, ()):
@@ -225,7 +225,10 @@ class Scheduler:
             ch, rid = ts.trigger
             s = ch.read(rid)
             if s is not None:
+                job.stamp_ns = s.stamp_ns
                 ch.unpin(s)
+        if job.stamp_ns < 0:
+            job.stamp_ns = r   # a periodic task's outputs describe the world it read at its release
         if ts.writers:
             job.outs = [ch.reserve() for _, ch in ts.writers]
         mode = ts.mode
@@ -270,7 +273,7 @@ class Scheduler:
                 if gin in ts.defaults:   # optional: its empty default, stale
                     inputs[gin] = ts.defaults[gin]
                     if meta is not None and gin in meta.row_of:
-                        meta.fill(block, gin, r, -1, r, True)
+                        meta.fill(block, gin, r, -1, r, True, r)
                     stale += 1
                     continue
                 for ch2, s2 in pins:
@@ -283,8 +286,10 @@ class Scheduler:
             stale += st
             inputs[gin] = s.data
             pins.append((ch, s))
+            if ch in ts.stamp_from and (job.stamp_ns < 0 or s.stamp_ns < job.stamp_ns):
+                job.stamp_ns = s.stamp_ns   # what released it; of a join's messages, the oldest
             if meta is not None and gin in meta.row_of:
-                meta.fill(block, gin, s.t_ns, s.seq, r, st)
+                meta.fill(block, gin, s.t_ns, s.seq, r, st, s.stamp_ns)
         return stale
 
     def queue(self, w: Any, job: RunJob) -> None:
@@ -320,7 +325,7 @@ class Scheduler:
         ts = job.ts
         egress = self.egress
         for (_, ch), slot in zip(ts.writers, job.outs):
-            seq = ch.commit(slot, t)
+            seq = ch.commit(slot, t, job.stamp_ns)
             if ch.last_commit_drops and self.tr:
                 self.sink.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)
             if egress is not None:
