@@ -5,6 +5,14 @@ abort the current job if the watchdog asked, switch to a more urgent ready job i
 (the current one goes back to the queue, preempted), else continue. Ops themselves are never
 interrupted, so the longest op of a less urgent task is the blocking term of the analysis.
 
+Tasks are partitioned: each has a worker whose queue its jobs join. With ``steal`` on, dispatch is
+work-conserving: a worker with nothing to do takes the most urgent job not started yet from the
+queue of a worker busy with another job, and if that job is preempted it goes back to its own
+worker's queue. A job then starts no later than it would have, and under LET its outputs and their
+publish instants do not depend on which worker computed it (the same outputs for any worker count);
+what a worker's own jobs can suffer is one op of a taken job (a blocking term, as above). A task's
+jobs never run on two workers at once: its executor's arena is one.
+
 ``run_op`` executes one op outside any lock; ``complete_op`` books it (execution time, budget,
 trace) and finishes the job after its last op. Both drivers (inline, threads) use these three.
 """
@@ -61,7 +69,11 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
             s.kill(job, now, w.index)
         elif ready and ready[0][0] < job.pkey:
             job.state = PREEMPTED
-            _push(ready, (job.pkey, job))
+            home = s.workers[job.ts.worker]
+            _push(home.ready, (job.pkey, job))   # a taken job goes back to its own worker's queue
+            job.ts.on = home.index               # and is resumed there, by no one else
+            if home is not w and home.cond is not None:
+                home.cond.notify()
             w.current = None
             job.ts.c["preemptions"] += 1
             if s.tr:
@@ -70,9 +82,13 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
             return job
         while ready and ready[0][1].state == ABORTED:
             _pop(ready)
-    if not ready:
-        return None
-    job = _pop(ready)[1]
+    job = _take(ready, w.index) if ready else None
+    if job is None:
+        if not s.steal:
+            return None
+        job = _steal(s, w)
+        if job is None:
+            return None
     if job.gen is None:
         job.start_ns = now
         job.gen = job.executor.steps(job.inputs)   # type: ignore[union-attr]
@@ -83,7 +99,59 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
         s.sink.emit(_K.RESUME, now, job.ts.name, job.index, w.index, job.ops_done)
     job.state = RUNNING
     job.worker = w.index
+    job.ts.on = w.index
     w.current = job
+    if s.steal and ready:   # more waits behind this job: an idle worker's thread may take it
+        wake_idle(s, w)
+    return job
+
+
+def wake_idle(s: Any, busy: Worker) -> None:
+    """Notify the first idle worker thread other than ``busy`` (threaded mode, with ``steal``)."""
+    for o in s.workers:
+        if o is not busy and o.current is None and o.cond is not None:
+            o.cond.notify()
+            return
+
+
+def _take(ready: list, worker: int) -> RunJob | None:
+    """Pop the most urgent job of ``ready`` whose task is not running on another worker (a task's
+    executor runs one job at a time); None if there is none."""
+    job = ready[0][1]
+    if job.ts.on < 0 or job.ts.on == worker:   # always so when no worker takes others' jobs
+        return _pop(ready)[1]
+    held = [_pop(ready)]
+    found = None
+    while ready:
+        e = _pop(ready)
+        if e[1].state != ABORTED and (e[1].ts.on < 0 or e[1].ts.on == worker):
+            found = e[1]
+            break
+        held.append(e)
+    for e in held:
+        _push(ready, e)
+    return found
+
+
+def _steal(s: Any, w: Worker) -> RunJob | None:
+    """Work-conserving dispatch: idle ``w`` takes the most urgent job not started yet from the queue of
+    a worker busy with another job (in worker order on ties: deterministic on the virtual clock)."""
+    best: tuple | None = None
+    src: Worker | None = None
+    for o in s.workers:
+        if o is w or o.current is None or not o.ready:
+            continue
+        e = o.ready[0]
+        job = e[1]
+        if job.state == ABORTED or job.gen is not None or job.ts.on >= 0:
+            continue
+        if best is None or e[0] < best[0]:
+            best, src = e, o
+    if best is None:
+        return None
+    _pop(src.ready)   # type: ignore[union-attr]
+    job = best[1]
+    job.ts.c["taken"] += 1   # its START event names the worker that ran it
     return job
 
 

@@ -18,7 +18,7 @@ STATE_NAMES = ("ready", "running", "preempted", "finished", "done", "aborted", "
 
 COUNTERS = ("released", "started", "finished", "published", "missed", "overruns", "skipped", "aborted",
             "degraded", "recovered", "dropped_releases", "no_input", "preemptions", "errors", "stalls",
-            "max_response_ns", "max_exec_ns")
+            "taken", "max_response_ns", "max_exec_ns")
 
 
 class TaskState:
@@ -63,6 +63,7 @@ class TaskState:
         self.join: Any = binding.join        # released by several channels (sched.binding.Join)
         self.join_readers: list[tuple["Channel", int]] = []   # its input readers on the join's channels
         self.stamp_from: tuple["Channel", ...] = ()   # input channels whose stamp its outputs carry
+        self.on = -1                         # the worker running (or holding preempted) a started job of it
         self.defaults: dict[str, Any] = {}   # optional input -> what a job reads before its first message
         self.deferred = False                # computed on the parallel pool, booked without running (sched.parallel)
 

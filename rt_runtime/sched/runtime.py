@@ -55,7 +55,7 @@ class Runtime:
                  realtime: bool | None = None, cpus: Sequence[int] | None = None, rt_priority: int = 50,
                  max_active: int = 2, stall_after_ns: int | None = None, on_stall: StallHook | None = None,
                  check_inputs: bool = True, capture: bool = False, chains: Sequence[Chain] = (),
-                 parallel: int | None = None, adopt_ingress: bool = False) -> None:
+                 parallel: int | None = None, adopt_ingress: bool = False, steal: bool = False) -> None:
         self.clock: Any = clock if clock is not None else VirtualClock()
         virtual = self.clock.virtual
         self.threaded = (workers > 1 and not virtual) if threaded is None else threaded
@@ -148,6 +148,7 @@ class Runtime:
                                egress, max_active, logical=self.logical, chains=chains,
                                chain_timeouts=timeouts)
         self.sched.adopt = adopt_ingress
+        self.sched.steal = steal and workers > 1   # work-conserving dispatch (sched/dispatch.py)
         self.sched.watchdog.on_stall = on_stall
         for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
             for ex in ts.executors:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from .chains import arm_timeout, chain_bound, open_instance, release_next, timeout
 from .channel import Channel
+from .dispatch import wake_idle
 from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
 from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
@@ -47,6 +48,7 @@ class Scheduler:
         self.tr = bool(getattr(sink, "enabled", True))
         self.egress = egress
         self.max_active = max_active
+        self.steal = False   # work-conserving dispatch across workers (dispatch.py)
         self.workers: list[Any] = []
         self.timeline: list[tuple] = []
         self.triggers: dict[str, list[TaskState]] = {}
@@ -293,10 +295,13 @@ class Scheduler:
         return stale
 
     def queue(self, w: Any, job: RunJob) -> None:
-        """Put a released job on its worker's ready queue (and wake the worker's thread, if any)."""
+        """Put a released job on its worker's ready queue (and wake the worker's thread, if any; with
+        ``steal``, also an idle worker's while that one is busy)."""
         _push(w.ready, (job.pkey, job))
         if w.cond is not None:
             w.cond.notify()
+            if self.steal and w.current is not None:
+                wake_idle(self, w)
 
     def deadline(self, job: RunJob, t: int) -> None:
         """At release + deadline: publish a finished job's outputs, or declare a miss and react."""
@@ -359,6 +364,11 @@ class Scheduler:
             ch.unpin(s)
         job.pins = ()
         c["finished"] += 1
+        ts.on = -1
+        if self.steal:   # its next job may wait in its worker's queue for this one to end
+            cond = self.workers[ts.worker].cond
+            if cond is not None:
+                cond.notify()
         resp = t - job.release_ns
         if resp > c["max_response_ns"]:
             c["max_response_ns"] = resp
@@ -401,6 +411,7 @@ class Scheduler:
         if job.gen is not None:
             job.gen.close()
             job.gen = None
+            ts.on = -1
         if job.comp is not None:
             self.par.dropped(job)
         for ch, s in job.pins:
