@@ -1,5 +1,6 @@
 """LiDAR detector graph: ground removal, clustering and oriented boxes on hand-built point clouds."""
 import math
+import os
 
 import pytest
 import torch
@@ -187,6 +188,32 @@ def test_mount_puts_boxes_in_base_link(scene):
         assert m[0] == pytest.approx(1.2 - b[1], abs=1e-4) and m[1] == pytest.approx(0.5 + b[0], abs=1e-4)
         assert m[2] == pytest.approx(b[2] + 1.9, abs=1e-4) and m[3:6] == pytest.approx(b[3:6], abs=1e-5)
         assert yaw_err(m[6], b[6] + math.pi / 2) < 1e-4
+
+
+def test_kernels_write_what_their_python_bodies_write_bit_for_bit(scene, monkeypatch):
+    from pipelines import lidar_kernels
+    from rt_runtime import Graph
+    from rt_runtime.exec.kernel import Kernel
+
+    if os.environ.get("RT_RUNTIME_EAGER_KERNELS", "") not in ("", "0"):
+        pytest.skip("the kernels run their Python bodies: nothing compiled to compare")
+    graph = build_lidar_graph(mount=(1.2, 0.5, 1.9, 0.3))
+    every = ["plane", "height", "voxels", "voxel_count", "voxel_label", "merged_label", "boxes", "box_count"]
+    wide = Graph("lidar", graph.ops, inputs=graph.inputs, outputs=every)  # each op's outputs
+    clouds = [scene[2], torch.zeros(0, 4)]
+    compiled = [{k: v.clone() for k, v in GraphExecutor(wide).run({"points": c}).items()} for c in clouds]
+    kernels = [k for k in vars(lidar_kernels).values() if isinstance(k, Kernel)]
+    assert len(kernels) == 5 and all(isinstance(k.compiled, torch.jit.ScriptFunction) for k in kernels)
+    for k in kernels:
+        monkeypatch.setattr(k, "compiled", k.py)
+    for cloud, want in zip(clouds, compiled):
+        got = GraphExecutor(wide).run({"points": cloud})
+        nv, n = int(want["voxel_count"]), cloud.shape[0]
+        got, want = {**got, "height": got["height"][:n], "voxels": got["voxels"][:nv]}, \
+            {**want, "height": want["height"][:n], "voxels": want["voxels"][:nv]}
+        for name in every:  # exact; NaN equals NaN (the boxes' rows past the count hold some)
+            torch.testing.assert_close(got[name], want[name], rtol=0, atol=0, equal_nan=True, msg=name)
+    assert int(compiled[0]["box_count"]) == len(CARS)
 
 
 @pytest.mark.cuda
