@@ -116,7 +116,7 @@ def test_key_lists_are_the_models_fields():
 def every_key_doc():
     """config/stack.yaml with every documented key given somewhere (join keys: see the test below)."""
     doc = copy.deepcopy(load_yaml(CONFIG / "stack.yaml"))
-    doc.update(description="every key", threads=1,
+    doc.update(description="every key", threads=1, steal=False,
                realtime={"enabled": False, "priority": 10, "cpus": [sorted(os.sched_getaffinity(0))[0]]})
     tasks = {t["name"]: t for t in doc["tasks"]}
     tasks["radar_objects"].update(priority=1, blocking="0ms", jitter="0ms", offset="0ms", group="perception",

@@ -96,3 +96,19 @@ def test_the_wall_clock_threads_take_jobs_too() -> None:
     workers = {e.a for e in sink.of(EventKind.START)}
     assert workers == {0, 1} and sum(rt.stats()[n]["taken"] for n in "PQR") > 0
     assert all(rt.stats()[n]["published"] >= 15 for n in "PQR")
+
+
+def test_the_analysis_charges_each_worker_one_op_of_a_taken_job() -> None:
+    """``check``'s holistic analysis with ``steal``: a task may wait for one op of another worker's task
+    (its longest op when known, else its whole budget), and that is all it adds."""
+    from rt_runtime.analysis.cpa import holistic
+
+    tasks = [Task("A", 20 * MS, 4 * MS, priority=0), Task("B", 10 * MS, 2 * MS, priority=1)]
+    where = {"A": 0, "B": 1}
+    plain = {t.name: t.response_ns for t in holistic(tasks, "fp", partition=where).timings}
+    taken = {t.name: t.response_ns for t in holistic(tasks, "fp", partition=where, steal=True).timings}
+    ops = {t.name: t.response_ns for t in holistic(tasks, "fp", partition=where, steal=True,
+                                                   longest_op={"A": 1 * MS, "B": 1 * MS}).timings}
+    assert plain == {"A": 4 * MS, "B": 2 * MS}
+    assert taken == {"A": 6 * MS, "B": 6 * MS}   # B's whole 2 ms before A; A's whole 4 ms before B
+    assert ops == {"A": 5 * MS, "B": 3 * MS}     # one 1 ms op

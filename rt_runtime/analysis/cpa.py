@@ -311,15 +311,18 @@ def _fp_offsets(group: Sequence[Task], rel: Mapping[str, Release], rep: object,
 def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
              activations: Mapping[str, Activation] | None = None, on_finish: Mapping[str, bool] | None = None,
              partition: Mapping[str, int] | None = None,
-             longest_op: Mapping[str, int] | None = None) -> HolisticResult:
+             longest_op: Mapping[str, int] | None = None, steal: bool = False) -> HolisticResult:
     """Propagate releases and response times to the least fixed point (module docstring).
 
     ``activations``: task -> what releases it (default: periodic, or ingress for a triggered task);
     ``on_finish``: tasks that publish when they finish instead of at their deadline; ``partition``:
     task -> worker (tasks on different workers do not interfere; default all on worker 0);
-    ``longest_op``: task -> its longest op (its non-preemptive region; default 0)."""
+    ``longest_op``: task -> its longest op (its non-preemptive region; default 0); ``steal``: the
+    runtime's work-conserving dispatch, under which a worker's tasks may also wait for one op of
+    another worker's task (its longest op when known, else its whole budget)."""
     acts, fin, ops = dict(activations or {}), dict(on_finish or {}), dict(longest_op or {})
     where = {t.name: (partition or {}).get(t.name, 0) for t in tasks}
+    foreign = _foreign_blocking(tasks, where, ops) if steal else {}
     run_chains = [c for c in chains if c.deadline_ns is not None]
     run = {t.name: t for t in apply_chains(tasks, run_chains, policy)}
     head_of = {n: (c.tasks[0], int(c.deadline_ns)) for c in run_chains for n in c.tasks}   # type: ignore[arg-type]
@@ -362,6 +365,10 @@ def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
         analysed = [dataclasses.replace(run[t.name], period_ns=new[t.name].model.period_ns,
                                         jitter_ns=new[t.name].model.jitter_ns,
                                         priority=ranks.get(t.name, run[t.name].priority)) for t in tasks]
+        if foreign:
+            analysed = [_with_blocking(a, foreign[where[a.name]], [ops.get(o.name, 0) for o in tasks
+                                                                   if o.name != a.name and where[o.name] == where[a.name]])
+                        for a in analysed]
         workers, resp, ok = [], {}, {}
         for w in sorted(set(where.values())):
             res, out = _analyse_worker(w, [a for a in analysed if where[a.name] == w], new, policy, ops, clock)
@@ -377,6 +384,21 @@ def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
     if not converged:
         notes.append(f"the jitters did not settle within {MAX_ROUNDS} rounds: no fixed point, so no verdict")
     return HolisticResult(timings, tuple(workers), rounds, converged, tuple(dict.fromkeys(notes)))
+
+
+def _foreign_blocking(tasks: Sequence[Task], where: Mapping[str, int], ops: Mapping[str, int]) -> dict[int, int]:
+    """Worker -> the longest non-preemptive region of a task on another worker (``steal``)."""
+    out = {}
+    for w in set(where.values()):
+        out[w] = max((ops.get(t.name) or t.wcet_ns for t in tasks if where[t.name] != w), default=0)
+    return out
+
+
+def _with_blocking(t: Task, foreign_ns: int, local_ops: Sequence[int]) -> Task:
+    """``t`` with an explicit blocking term covering one op of a taken job (and, conservatively, the
+    longest op of any other task on its worker, which the derived term would have covered)."""
+    b = max(t.blocking_ns or 0, foreign_ns, max(local_ops, default=0))
+    return dataclasses.replace(t, blocking_ns=b) if b > 0 else t
 
 
 def runtime_order(tasks: Sequence[Task], policy: str) -> list[str]:

@@ -112,11 +112,11 @@ def chain_latency(chain: Chain, declared: Mapping[str, Task], run_chains: Sequen
 def analyze_system(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
                    activations: Mapping[str, Activation] | None = None, on_finish: Mapping[str, bool] | None = None,
                    partition: Mapping[str, int] | None = None, longest_op: Mapping[str, int] | None = None,
-                   writes: Mapping[str, Collection[str]] | None = None) -> SchedulabilityReport:
+                   writes: Mapping[str, Collection[str]] | None = None, steal: bool = False) -> SchedulabilityReport:
     """The holistic analysis of the task set (``cpa.holistic``) as one report: per task its derived release
     model (period, propagated jitter), worker, response time and verdict; per chain the LET bounds of
     ``chain_bounds`` and the three latencies above; per worker the tests that decided."""
-    h: HolisticResult = holistic(tasks, policy, chains, activations, on_finish, partition, longest_op)
+    h: HolisticResult = holistic(tasks, policy, chains, activations, on_finish, partition, longest_op, steal)
     acts = dict(activations or {})
     by_worker = {r.name: (w, r) for w in h.workers for r in w.report.tasks}   # type: ignore[attr-defined]
     rank = {} if policy == "edf" else \

@@ -38,6 +38,7 @@ class SystemModel:
     on_finish: Mapping[str, bool] | None = None
     partition: Mapping[str, int] | None = None
     writes: Mapping[str, Collection[str]] | None = None
+    steal: bool = False   # work-conserving dispatch across workers (``cpa.holistic``)
 
 
 def observed_taskset(tasks: Sequence[Task], exec_max: Mapping[str, int], longest_op: Mapping[str, int],
@@ -124,7 +125,7 @@ def observed_rta(tasks: Sequence[Task], exec_max: Mapping[str, int], longest_op:
     wr = writes if writes is not None else sm.writes
 
     def analyse(ts: list[Task], cs: Sequence[Chain], ops: Mapping[str, int] | None = None) -> SchedulabilityReport:
-        return analyze_system(ts, policy, cs, sm.activations, sm.on_finish, sm.partition, ops, wr)
+        return analyze_system(ts, policy, cs, sm.activations, sm.on_finish, sm.partition, ops, wr, sm.steal)
 
     try:
         obs = observed_taskset(tasks, exec_max, longest_op, policy, chains, sm.partition)

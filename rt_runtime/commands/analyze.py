@@ -51,7 +51,7 @@ def load_config(path: str, explicit: bool) -> dict[str, Any]:
     entries = {e["name"]: e for e in raw if isinstance(e, dict) and "name" in e} if isinstance(raw, list) else \
         {n: {"name": n, **(f or {})} for n, f in raw.items()}
     return {"tasks": tasks, "chains": chains, "wiring": entries, "policy": policy,
-            "system": SystemModel(acts, on_finish, explicit)}
+            "system": SystemModel(acts, on_finish, explicit, steal=doc.get("steal") is True)}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -60,7 +60,7 @@ def analyse_file(path: str) -> SchedulabilityReport:
     triggers each task, the workers partitioned as the runtime partitions them (chains kept together)."""
     from ..analysis.e2e import analyze_system
     from ..config import load_taskset
-    from ..config.taskset import task_releases, task_writes
+    from ..config.taskset import load_yaml, task_releases, task_writes
     from ..core.chain import apply_chains
     from ..sched.policy import partition
 
@@ -68,7 +68,8 @@ def analyse_file(path: str) -> SchedulabilityReport:
     acts, on_finish, explicit, workers = task_releases(path)
     where = partition(apply_chains(tasks, chains, policy), workers, explicit,
                       together=[c.tasks for c in chains if c.deadline_ns is not None]) if workers > 1 else None
-    return analyze_system(tasks, policy, chains, acts, on_finish, where, None, task_writes(path))
+    return analyze_system(tasks, policy, chains, acts, on_finish, where, None, task_writes(path),
+                          steal=where is not None and load_yaml(path).get("steal") is True)
 
 
 def _usage_error(message: str) -> int:

@@ -358,6 +358,8 @@ class StackFile(_Model):
     """cpu (default), cpu-async (the asynchronous CPU twin of CUDA), cuda or cuda:N."""
     workers: Annotated[int, Field(ge=1, le=1024)] | None = None
     """Worker threads running jobs (default 1)."""
+    steal: bool | None = None
+    """Work-conserving dispatch: an idle worker takes a busy worker's waiting job (default false)."""
     threads: Annotated[int, Field(ge=1, le=1024)] | None = None
     """Intra-op threads (default 1)."""
     frame: str | None = None

@@ -83,6 +83,7 @@ class StackConfig:
     egress: list[EgressRoute]
     device: str = "cpu"
     workers: int = 1
+    steal: bool = False   # work-conserving dispatch across workers (sched/dispatch.py)
     threads: int = 1
     frame: str = "map"
     diagnostics_period_ns: int = 1_000_000_000
@@ -230,6 +231,9 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     for key, value in (("workers", workers), ("threads", threads)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
             raise _fail(source, key, f"expected an integer from 1 to {MAX_WORKERS}, found {clip(value)}", fld=key)
+    steal = doc.get("steal", False)
+    if not isinstance(steal, bool):
+        raise _fail(source, "steal", f"expected true or false, found {clip(steal)}", fld="steal")
     try:
         diag = parse_duration(doc.get("diagnostics_period", "1s"), what="diagnostics_period")
     except DurationError as e:
@@ -240,7 +244,7 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     check_wiring(doc, source)   # one writer per channel, every read channel fed, ... (wiring.py)
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
                        device=check_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
-                       frame=str(doc.get("frame", "map")),
+                       steal=steal, frame=str(doc.get("frame", "map")),
                        diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress),
                        realtime=parse_realtime(doc.get("realtime"), lambda m: _fail(source, "realtime", m,
                                                                                       fld="realtime")))

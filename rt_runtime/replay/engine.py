@@ -201,7 +201,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     for note in notes:
         print(f"rt-runtime replay: note: {note}", file=sys.stderr)
     dev = device_for(cfg.device)
-    rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, channels=cfg.channels,
+    rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, steal=cfg.steal, channels=cfg.channels,
                  device=dev,
                  parallel=threads or None, adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
                  sink=ring, egress=collector.on_publish, chains=chains,

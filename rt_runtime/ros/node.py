@@ -89,7 +89,8 @@ class LiveRuntime:
         clock = VirtualClock() if self.sim else WallClock(epoch_ns=time.monotonic_ns())
         kwargs = {"sink": self.ring} if self.ring is not None else {}
         try:
-            self.rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, threaded=not self.sim,
+            self.rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, steal=cfg.steal,
+                              threaded=not self.sim,
                               device=device_for(cfg.device),
                               channels=cfg.channels, egress=self.pump.on_publish, chains=run_chains(cfg, bindings)[0],
                               **(runtime_kwargs(cfg.realtime, default=bool(p["realtime"])) if not self.sim

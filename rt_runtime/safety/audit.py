@@ -56,6 +56,7 @@ def soak(harness: Any, loops: int, cost: Callable[..., int] | None = None,
     sc = harness.scenario
     period = sc.until_ns + 1
     rt = Runtime(harness.bindings, policy=harness.cfg.policy, clock=VirtualClock(), workers=harness.cfg.workers,
+                 steal=harness.cfg.steal,
                  channels=harness.cfg.channels, threaded=False, realtime=False, cost=cost or measured_cost,
                  egress=lambda *a: None)
     mon = SafetyMonitor(rt, harness.planner, periods=sc.periods()).install()

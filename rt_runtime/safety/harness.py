@@ -214,6 +214,7 @@ class Harness:
         self._torch.set_num_threads(self.cfg.threads)
         try:
             rt = Runtime(self.bindings, policy=self.cfg.policy, clock=VirtualClock(), workers=self.cfg.workers,
+                         steal=self.cfg.steal,
                          device=device_for(self.cfg.device),
                          channels=self.cfg.channels, sink=_Keep(rec.events), egress=self._egress(rec),
                          threaded=False, realtime=False,
