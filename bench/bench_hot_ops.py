@@ -1,15 +1,17 @@
-"""The reference stack's hot ops on recorded data: each op's median time per job, LiDAR and planning.
+"""The reference stack's hot ops on recorded data: each op's median time per job, LiDAR, prediction, planning.
 
 LiDAR: every sweep of the built-in scenario's bag (``rt_runtime.replay.defaults.default_bag``),
 decoded as the replay's ingress does, through ``build_lidar_graph`` with config/stack.yaml's
-mount. Planning: the confirmed tracks the stack published in a replay of the same bag (zero op
-cost), each with the odometry the planner read and the route, through the prediction graph and
-then ``build_planning_graph`` (the highway's road), its last plan fed back. Per op, the median of
+mount. Prediction and planning: the confirmed tracks the stack published in a replay of the same bag
+(zero op cost), each with the odometry the planner read and the route, through the braking-aware
+prediction graph (its speed state fed back) and then ``build_planning_graph`` (the highway's road),
+its last plan fed back. Per op, the median of
 ``GraphExecutor``'s own op start/end stamps over ``--passes`` passes over all jobs; one torch
 thread (what a runtime worker uses). Anchor, in the same run: a fixed torch workload (sort of 1M
 floats and a 512x512 matmul) whose time tracks this machine's speed and load while the bench ran.
-With ``--baseline DIR`` (another checkout) its LiDAR and planning graphs run too, taking turns
-with these job by job, so that a before/after shares the machine's load.
+With ``--baseline DIR`` (another checkout) its LiDAR, prediction and planning graphs run too (with
+that checkout's ``pipelines/geometry.py``), taking turns with these job by job, so that a
+before/after shares the machine's load; each job's outputs are compared bit for bit.
 
 Run: ``PYTHONPATH=. python bench/bench_hot_ops.py [--passes N] [--threads T] [--baseline DIR]``
 """
@@ -56,14 +58,17 @@ def anchor_ms(repeat: int = 5) -> float:
 
 
 def op_times(exs: dict[str, GraphExecutor], feeds: list[dict[str, Any]], passes: int,
-             feedback=None) -> dict[str, dict[str, float]]:  # noqa: ANN001
+             feedback=None) -> tuple[dict[str, dict[str, float]], int]:  # noqa: ANN001
     """Median ms per op of each executor over ``passes`` passes over ``feeds`` (after a warm-up pass),
-    the executors taking turns job by job so that load on a shared machine hits them alike."""
+    the executors taking turns job by job so that load on a shared machine hits them alike; and the
+    number of jobs (all passes) whose outputs are not bit-equal across the executors."""
     names = {k: [o.name for o in ex.graph.ops] for k, ex in exs.items()}
     samples = {k: {n: [] for n in ns} for k, ns in names.items()}
+    differing = 0
     for p in range(passes + 1):
         state = {k: None for k in exs}
         for inputs in feeds:
+            outs = []
             for k, ex in exs.items():
                 ex.run({**inputs, **feedback(ex, state[k])} if feedback is not None else inputs)
                 if feedback is not None:
@@ -71,16 +76,33 @@ def op_times(exs: dict[str, GraphExecutor], feeds: list[dict[str, Any]], passes:
                 if p:
                     for i, n in enumerate(names[k]):
                         samples[k][n].append((ex.op_end_ns[i] - ex.op_start_ns[i]) / 1e6)
-    return {k: {n: statistics.median(v) for n, v in ops.items()} for k, ops in samples.items()}
+                outs.append({n: _bits(v) for n, v in ex.outputs.items()})
+            differing += any(o != outs[0] for o in outs[1:])
+    return {k: {n: statistics.median(v) for n, v in ops.items()} for k, ops in samples.items()}, differing
+
+
+def _bits(t: torch.Tensor) -> tuple:
+    """A tensor's dtype, shape and bytes: equal exactly when bit-identical (NaN included)."""
+    return t.dtype, tuple(t.shape), t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def baseline_module(root: Path, name: str) -> Any:
-    """``pipelines/<name>.py`` of another checkout, loaded by file (what it imports comes from here)."""
-    spec = importlib.util.spec_from_file_location(f"baseline_{name}", root / "pipelines" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod          # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    """``pipelines/<name>.py`` of another checkout, loaded by file: the ``pipelines.geometry`` it imports
+    is that checkout's too (the shared helpers are part of a before/after); the rest comes from here."""
+    def load(n: str) -> Any:
+        spec = importlib.util.spec_from_file_location(f"baseline_{n}", root / "pipelines" / f"{n}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod          # dataclasses look their module up
+        spec.loader.exec_module(mod)
+        return mod
+
+    geometry = sys.modules.get("baseline_geometry") or load("geometry")
+    here = sys.modules["pipelines.geometry"]
+    sys.modules["pipelines.geometry"] = geometry
+    try:
+        return load(name)
+    finally:
+        sys.modules["pipelines.geometry"] = here
 
 
 def lidar_feeds(bag: Path, topic: str) -> list[dict[str, torch.Tensor]]:
@@ -91,7 +113,8 @@ def lidar_feeds(bag: Path, topic: str) -> list[dict[str, torch.Tensor]]:
 
 
 def planning_feeds(bag: Path) -> list[dict[str, torch.Tensor]]:
-    """Planner inputs from a replay: published tracks, the odometry and route read, predictions."""
+    """Planner inputs from a replay: published tracks, the odometry and route read, predictions (and
+    ``track_t``, the prediction graph's stamp, which the planner ignores)."""
     cfg = load_stack(default_config())
     seen: dict[str, Any] = {}
 
@@ -116,8 +139,8 @@ def planning_feeds(bag: Path) -> list[dict[str, torch.Tensor]]:
                   "route_count": route["count"]}
         out = pred.run({**common, "track_t": torch.tensor([float(odom[5])], dtype=torch.float64), **state})
         state = {"motion_in": out["motion"].clone(), "motion_t_in": out["motion_t"].clone()}
-        feeds.append({**common, "predictions": out["predictions"].clone(),
-                      "odom": torch.from_numpy(np.asarray(odom, np.float64))})
+        feeds.append({**common, "predictions": out["predictions"].clone(), "track_t": torch.tensor(
+            [float(odom[5])], dtype=torch.float64), "odom": torch.from_numpy(np.asarray(odom, np.float64))})
     return feeds
 
 
@@ -133,10 +156,11 @@ def main() -> None:
     cfg = load_stack(default_config())
     mount = tuple(cfg.entries["lidar_objects"].get("args", {}).get("mount", (0.0, 0.0, 0.0, 0.0)))
     road = road_layout(road_args(build_scenario("highway_cut_in", 7).road))
-    builders = {"this": (build_lidar_graph, build_planning_graph)}
+    builders = {"this": (build_lidar_graph, build_prediction_graph, build_planning_graph)}
     if args.baseline:
-        base = (baseline_module(args.baseline, "lidar"), baseline_module(args.baseline, "planning"))
-        builders = {"baseline": (base[0].build_lidar_graph, base[1].build_planning_graph), **builders}
+        base = [baseline_module(args.baseline, n) for n in ("lidar", "prediction", "planning")]
+        builders = {"baseline": (base[0].build_lidar_graph, base[1].build_prediction_graph,
+                                 base[2].build_planning_graph), **builders}
     a0 = anchor_ms()
     lidar = lidar_feeds(bag, "/sensing/lidar/points")
     lid = op_times({k: GraphExecutor(b[0](mount=mount)) for k, b in builders.items()}, lidar, args.passes)
@@ -146,17 +170,29 @@ def main() -> None:
     def feedback(ex: GraphExecutor, previous: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
         return {"last_trajectory": previous["trajectory"].clone()} if previous is not None else last
 
-    pln = op_times({k: GraphExecutor(b[1](road=road)) for k, b in builders.items()}, plans, args.passes, feedback)
+    def motion(ex: GraphExecutor, previous: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+        return ({"motion_in": previous["motion"].clone(), "motion_t_in": previous["motion_t"].clone()}
+                if previous is not None else initial_prediction_state())
+
+    sim_road = build_scenario("highway_cut_in", 7).road
+    prd = op_times({k: GraphExecutor(b[1](road=sim_road, accel=True)) for k, b in builders.items()}, plans,
+                   args.passes, motion)
+    # Each planner gets the road as its own checkout's RoadLayout (the class its isinstance check knows).
+    layouts = {k: sys.modules["baseline_geometry" if k == "baseline" else "pipelines.geometry"].RoadLayout(
+        road.lane_width, road.centers, road.directions, road.speed_limit) for k in builders}
+    pln = op_times({k: GraphExecutor(b[2](road=layouts[k])) for k, b in builders.items()}, plans, args.passes,
+                   feedback)
     a1 = anchor_ms()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s); bag {bag.name}: {len(lidar)} sweeps, "
           f"{len(plans)} plans, {args.passes} passes; medians per job")
     print(f"anchor (sort 1M + matmul 512): {a0:.2f} ms before, {a1:.2f} ms after")
     keys = list(builders)
-    print(f"{'graph':<9} {'op':<20}" + "".join(f"{k + ' ms':>14}" for k in keys))
-    for graph, times in (("lidar", lid), ("planning", pln)):
+    print(f"{'graph':<11} {'op':<20}" + "".join(f"{k + ' ms':>14}" for k in keys))
+    for graph, (times, differing) in (("lidar", lid), ("prediction", prd), ("planning", pln)):
         for op in times[keys[-1]]:
-            print(f"{graph:<9} {op:<20}" + "".join(f"{times[k].get(op, float('nan')):>14.3f}" for k in keys))
-        print(f"{graph:<9} {'(sum)':<20}" + "".join(f"{sum(times[k].values()):>14.3f}" for k in keys))
+            print(f"{graph:<11} {op:<20}" + "".join(f"{times[k].get(op, float('nan')):>14.3f}" for k in keys))
+        print(f"{graph:<11} {'(sum)':<20}" + "".join(f"{sum(times[k].values()):>14.3f}" for k in keys)
+              + (f"   outputs: {differing} job(s) not bit-identical" if len(keys) > 1 else ""))
 
 
 if __name__ == "__main__":

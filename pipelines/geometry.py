@@ -1,12 +1,15 @@
 """Shared tensor math for fusion, tracking, prediction and planning: frames, polylines, polynomials.
 
 Everything here works on whole batches (no per-object Python loops) and never reads past a valid
-count on the host, so the ops built on it run on CPU and CUDA alike without a host sync.
+count on the host, so the ops built on it run on CPU and CUDA alike without a host sync. The
+polyline, Frenet and polynomial helpers are TorchScript too (typed, no lambdas or generators), so
+the planner's and the predictor's kernels (``rt_runtime.exec.kernel``) call them.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from scipy.optimize import linear_sum_assignment  # at import: a first use mid-job would stall it
@@ -25,7 +28,7 @@ def wrap_angle(a: torch.Tensor) -> torch.Tensor:
     return torch.remainder(a + math.pi, 2 * math.pi) - math.pi
 
 
-def valid_mask(count: torch.Tensor, n: int, index: torch.Tensor | None = None) -> torch.Tensor:
+def valid_mask(count: torch.Tensor, n: int, index: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rows [0, count) of an n-row buffer, as a bool mask (count is a (1,) tensor: no host read)."""
     idx = torch.arange(n, device=count.device) if index is None else index
     return idx < count.reshape(()).to(idx.dtype)
@@ -146,19 +149,21 @@ def compact(rows: torch.Tensor, keep: torch.Tensor,
 
 
 # ---- polylines (reference lines) ----------------------------------------------------------------
-@dataclass
-class Polyline:
-    """A centerline as tensors: vertices, segment vectors, lengths, cumulative arc length, headings."""
+# A NamedTuple, not a dataclass: TorchScript kernels take and return it. Declared by call, so that
+# its field types are objects, not the strings ``from __future__ import annotations`` makes of a class
+# body's (TorchScript would look those up in the calling kernel's signature, where "torch" is not).
+Polyline = NamedTuple("Polyline", [
+    ("p", torch.Tensor),        # (K, 2) vertices; rows past the count repeat the last valid vertex
+    ("vec", torch.Tensor),      # (K-1, 2)
+    ("length", torch.Tensor),   # (K-1,)  zero past the last valid segment
+    ("s0", torch.Tensor),       # (K-1,)  arc length at each segment's start
+    ("heading", torch.Tensor),  # (K-1,)  segment headings (past the end: the last valid one)
+    ("last", torch.Tensor),     # () index of the last valid segment
+])
+Polyline.__doc__ = "A centerline as tensors: vertices, segment vectors, lengths, cumulative arc length, headings."
 
-    p: torch.Tensor        # (K, 2) vertices; rows past the count repeat the last valid vertex
-    vec: torch.Tensor      # (K-1, 2)
-    length: torch.Tensor   # (K-1,)  zero past the last valid segment
-    s0: torch.Tensor       # (K-1,)  arc length at each segment's start
-    heading: torch.Tensor  # (K-1,)  segment headings (past the end: the last valid one)
-    last: torch.Tensor     # () index of the last valid segment
 
-
-def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: torch.Tensor | None = None) -> Polyline:
+def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: Optional[torch.Tensor] = None) -> Polyline:
     """Prepare ``route[:count]``; with fewer than 2 valid vertices, a straight line along the pose."""
     pts = route.float()
     if pts.shape[0] < 2:  # a static shape fact, known when the graph is built: pad to one segment
@@ -167,7 +172,7 @@ def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: torch.Tens
     n = count.reshape(()).to(torch.long).clamp(max=min(k, route.shape[0]))
     if fallback_pose is not None:
         # A straight line through the ego pose (x, y, yaw), so a missing route still gives a reference.
-        x, y, yaw = (fallback_pose[i].float() for i in range(3))
+        x, y, yaw = fallback_pose[0].float(), fallback_pose[1].float(), fallback_pose[2].float()
         d = torch.stack((torch.cos(yaw), torch.sin(yaw)))
         ramp = torch.linspace(-50.0, 450.0, k, device=route.device)[:, None]
         ok = n >= 2
@@ -176,18 +181,19 @@ def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: torch.Tens
     idx = torch.minimum(torch.arange(k, device=route.device), (n - 1).clamp(min=0))
     p = pts[idx]
     vec = p[1:] - p[:-1]
-    length = vec.norm(dim=1)
+    length = torch.linalg.vector_norm(vec, 2, dim=1)   # what vec.norm(dim=1) runs, in TorchScript too
     s_end = torch.cumsum(length, 0)
     s0 = s_end - length
     last = (n - 2).clamp(min=0, max=k - 2)
     heading = torch.atan2(vec[:, 1], vec[:, 0])
     seg = torch.arange(k - 1, device=route.device)
-    heading = torch.where(seg > last, heading[last], heading)
+    # index_select, not heading[last]: indexing by a 0-dim tensor reads it on the host (a sync on CUDA)
+    heading = torch.where(seg > last, heading.index_select(0, last.reshape(1)), heading)
     return Polyline(p, vec, length, s0, heading, last)
 
 
-def to_frenet(pl: Polyline, xy: torch.Tensor, s_guess: torch.Tensor | None = None,
-              window: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def to_frenet(pl: Polyline, xy: torch.Tensor, s_guess: Optional[torch.Tensor] = None,
+              window: int = 32) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Project points (P, 2) onto the polyline: arc length s, signed offset d (left +), lane heading.
 
     The nearest segment wins; the first and last valid segments extend to infinity so points
@@ -210,11 +216,15 @@ def to_frenet(pl: Polyline, xy: torch.Tensor, s_guess: torch.Tensor | None = Non
     t = torch.maximum(torch.minimum(t, hi), lo)
     dist2 = torch.where(idx <= pl.last, (rx - t * vx) ** 2 + (ry - t * vy) ** 2, math.inf)
     j = dist2.argmin(dim=1, keepdim=True)
-    pick = lambda a: a.expand_as(dist2).gather(1, j)[:, 0]  # noqa: E731
-    i, ti = pick(idx), pick(t)
+    i, ti = _pick(idx, dist2, j), _pick(t, dist2, j)
     s = pl.s0[i] + ti * pl.length[i]
-    d = (pl.vec[i, 0] * pick(ry) - pl.vec[i, 1] * pick(rx)) / pl.length[i].clamp(min=1e-9)
+    d = (pl.vec[i, 0] * _pick(ry, dist2, j) - pl.vec[i, 1] * _pick(rx, dist2, j)) / pl.length[i].clamp(min=1e-9)
     return s, d, heading_at(pl, i, ti)
+
+
+def _pick(a: torch.Tensor, like: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Row-wise entries j (P, 1) of ``a`` broadcast to ``like`` (P, W): the nearest segment's values."""
+    return a.expand_as(like).gather(1, j)[:, 0]
 
 
 def heading_at(pl: Polyline, i: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -227,7 +237,7 @@ def heading_at(pl: Polyline, i: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return h + wrap_angle(other - h) * tc.abs()
 
 
-def _locate(pl: Polyline, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _locate(pl: Polyline, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     """Segment index and fraction along it (outside [0, 1] only beyond the ends) of arc lengths s."""
     flat = s.reshape(-1)
     i = torch.searchsorted(pl.s0.contiguous(), flat.contiguous(), right=True) - 1
@@ -235,7 +245,7 @@ def _locate(pl: Polyline, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return i, (flat - pl.s0[i]) / pl.length[i].clamp(min=1e-9)
 
 
-def frenet_frame(pl: Polyline, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def frenet_frame(pl: Polyline, s: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Map frame x, y of the reference line and its heading at arc lengths s (any shape)."""
     i, t = _locate(pl, s)
     h = heading_at(pl, i, t)
@@ -243,7 +253,7 @@ def frenet_frame(pl: Polyline, s: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return base[:, 0].reshape(s.shape), base[:, 1].reshape(s.shape), h.reshape(s.shape)
 
 
-def from_frenet(pl: Polyline, s: torch.Tensor, d: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def from_frenet(pl: Polyline, s: torch.Tensor, d: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Map frame x, y and lane heading at arc length s and lateral offset d (any shape)."""
     bx, by, h = frenet_frame(pl, s)
     return bx - torch.sin(h) * d, by + torch.cos(h) * d, h
@@ -263,7 +273,8 @@ def curvature(pl: Polyline, s: torch.Tensor) -> torch.Tensor:
 
 
 # ---- polynomials (Frenet trajectories) ----------------------------------------------------------
-def quintic(p0, v0, a0, p1, v1, a1, T) -> torch.Tensor:  # noqa: ANN001 - tensors broadcast
+def quintic(p0: torch.Tensor, v0: torch.Tensor, a0: torch.Tensor, p1: torch.Tensor, v1: torch.Tensor,
+            a1: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     """Coefficients (..., 6) of the quintic from (p0, v0, a0) at t=0 to (p1, v1, a1) at t=T."""
     dp = p1 - p0 - v0 * T - 0.5 * a0 * T ** 2
     dv = v1 - v0 - a0 * T
@@ -274,7 +285,8 @@ def quintic(p0, v0, a0, p1, v1, a1, T) -> torch.Tensor:  # noqa: ANN001 - tensor
     return torch.stack(torch.broadcast_tensors(p0, v0, 0.5 * a0, c3, c4, c5), dim=-1)
 
 
-def quartic(p0, v0, a0, v1, a1, T) -> torch.Tensor:  # noqa: ANN001
+def quartic(p0: torch.Tensor, v0: torch.Tensor, a0: torch.Tensor, v1: torch.Tensor, a1: torch.Tensor,
+            T: torch.Tensor) -> torch.Tensor:
     """Coefficients (..., 6; c5 = 0) of the quartic from (p0, v0, a0) to velocity v1, accel a1 at T."""
     dv = v1 - v0 - a0 * T
     da = a1 - a0
@@ -295,7 +307,8 @@ def poly_eval(c: torch.Tensor, t: torch.Tensor, T: torch.Tensor) -> torch.Tensor
     d1 = torch.cat((c[..., 1:] * k[1:], torch.zeros_like(c[..., :1])), -1)
     d2 = torch.cat((d1[..., 1:] * k[1:], torch.zeros_like(c[..., :1])), -1)
     d3 = torch.cat((d2[..., 1:] * k[1:], torch.zeros_like(c[..., :1])), -1)
-    vals = torch.stack([(powers * cc[..., None, :]).sum(-1) for cc in (c, d1, d2, d3)])
+    coeffs: List[torch.Tensor] = [c, d1, d2, d3]
+    vals = torch.stack([(powers * cc[..., None, :]).sum(-1) for cc in coeffs])
     after = t > T[..., None]
     extra = (t - tc) * vals[1]
     return torch.stack((vals[0] + extra, vals[1], torch.where(after, 0.0, vals[2]),

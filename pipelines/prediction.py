@@ -32,15 +32,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
 
 import torch
+from torch import Tensor
 
 from rt_runtime import Graph, Op, TensorSpec
+from rt_runtime.exec import kernel
 from pipelines import schema
 from pipelines.geometry import (RoadLayout, curvature, from_frenet, on_device, polyline, to_frenet, valid_mask,
                                 wrap_angle)
 
-T = {c: i for i, c in enumerate(schema.TRACK_COLS)}
+# The kernel indexes columns by number (TorchScript reads no module-level variable): this order.
+if schema.TRACK_COLS[:6] != ("id", "cls", "x", "y", "vx", "vy"):
+    raise ImportError("pipelines.prediction: the kernel's column numbers no longer match pipelines.schema")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,24 @@ class PredictionParams:
     max_brake: float = 8.0                 # m/s^2
     max_accel: float = 2.0                 # m/s^2
     accel_dt_max: float = 0.5              # s: older state is not differenced against
+
+
+class Knobs(NamedTuple):
+    """``PredictionParams``' scalars by the same names, plus the road's lane width, for the kernel."""
+
+    lane_aware: bool
+    min_speed: float
+    align_tol: float
+    tau: float
+    accel_gain: float
+    max_brake: float
+    max_accel: float
+    accel_dt_max: float
+    lane_width: float
+
+
+def _knobs(p: PredictionParams) -> Knobs:
+    return Knobs(bool(p.lane_aware), *(float(getattr(p, f)) for f in Knobs._fields[1:-1]), float(p.road.lane_width))
 
 
 MOTION_COLS = ("id", "speed", "rate")   # speed along the lane (direction of travel) and its filtered change
@@ -87,46 +110,15 @@ def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -
     dev = torch.device(device)
     t = torch.arange(1, schema.HORIZON + 1, dtype=torch.float32, device=dev) * schema.DT_S   # (H,)
     centers = torch.tensor(p.road.centers, dtype=torch.float32, device=dev)
+    q = _knobs(p)
 
-    def predict(tracks: torch.Tensor, n: torch.Tensor, route: torch.Tensor, route_count: torch.Tensor,
-                *rest: torch.Tensor) -> None:
+    def predict(tracks: Tensor, n: Tensor, route: Tensor, route_count: Tensor, *rest: Tensor) -> None:
         if p.accel:
             track_t, motion_in, motion_t_in, predictions, motion, motion_t = rest
+            _predict(tracks, n, route, route_count, t, centers, q, predictions,
+                     track_t, motion_in, motion_t_in, motion, motion_t)
         else:
-            (predictions,) = rest
-        live = valid_mask(n, tracks.shape[0])
-        p0 = tracks[:, T["x"]:T["y"] + 1]
-        v = tracks[:, T["vx"]:T["vy"] + 1]
-        cv = p0[:, None, :] + v[:, None, :] * t[None, :, None]                      # (N, H, 2)
-        if not p.lane_aware:
-            predictions.copy_(torch.where(live[:, None, None], cv, 0.0))
-            return
-        pl = polyline(route, route_count)
-        s0, d0, psi = to_frenet(pl, p0)
-        speed = v.norm(dim=1)
-        dpsi = wrap_angle(torch.atan2(v[:, 1], v[:, 0]) - psi)
-        aligned = (dpsi.abs() < p.align_tol) | ((math.pi - dpsi.abs()) < p.align_tol)
-        follow = aligned & (speed >= p.min_speed) & (route_count.reshape(()) >= 2)
-        v_s, v_d = speed * torch.cos(dpsi), speed * torch.sin(dpsi)
-        v_s = v_s / (1.0 - curvature(pl, s0) * d0).clamp(min=0.2)   # along the lane at d0, not the reference
-        aim = d0 + v_d * p.tau
-        c = centers[(aim[:, None] - centers[None, :]).abs().argmin(dim=1)]
-        # Off the lanes (a cyclist on the shoulder, a walker on the sidewalk): keep the offset.
-        c = torch.where((aim - c).abs() <= p.road.lane_width / 2, c, d0)
-        if p.accel:
-            # Speed along the direction of travel (oncoming traffic too) and its filtered rate of change.
-            sp = v_s.abs()
-            a = _speed_rate(p, tracks, live & follow, sp, track_t, motion_in, motion_t_in, motion, motion_t)
-            # sp tau + a tau^2 / 2, tau capped where the speed reaches zero (it stops, never reverses)
-            t_stop = torch.where(a < 0, sp / torch.where(a < 0, -a, 1.0), math.inf)
-            tau = torch.minimum(t[None, :], t_stop[:, None])
-            s = s0[:, None] + torch.sign(v_s)[:, None] * (sp[:, None] * tau + 0.5 * a[:, None] * tau * tau)
-        else:
-            s = s0[:, None] + v_s[:, None] * t[None, :]
-        d = c[:, None] + (d0 - c)[:, None] * torch.exp(-t / p.tau)[None, :]
-        x, y, _ = from_frenet(pl, s, d)
-        lane = torch.stack((x, y), dim=-1)
-        predictions.copy_(torch.where(live[:, None, None], torch.where(follow[:, None, None], lane, cv), 0.0))
+            _predict(tracks, n, route, route_count, t, centers, q, rest[0], None, None, None, None, None)
 
     outs = [on_device(schema.predictions(), device)]
     if p.accel:
@@ -135,20 +127,60 @@ def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -
               capturable=True, cost_us=300.0)
 
 
-def _speed_rate(p: PredictionParams, tracks: torch.Tensor, follow: torch.Tensor, v_s: torch.Tensor,
-                track_t: torch.Tensor, motion_in: torch.Tensor, motion_t_in: torch.Tensor,
-                motion: torch.Tensor, motion_t: torch.Tensor) -> torch.Tensor:
+@kernel
+def _predict(tracks: Tensor, n: Tensor, route: Tensor, route_count: Tensor, t: Tensor, centers: Tensor, q: Knobs,
+             predictions: Tensor, track_t: Optional[Tensor], motion_in: Optional[Tensor],
+             motion_t_in: Optional[Tensor], motion: Optional[Tensor], motion_t: Optional[Tensor]) -> None:
+    """The op's body; braking-aware when the speed state (``track_t`` ... ``motion_t``) is given."""
+    live = valid_mask(n, tracks.shape[0])
+    p0 = tracks[:, 2:4]                                                         # x, y
+    v = tracks[:, 4:6]                                                          # vx, vy
+    cv = p0[:, None, :] + v[:, None, :] * t[None, :, None]                      # (N, H, 2)
+    if not q.lane_aware:
+        predictions.copy_(torch.where(live[:, None, None], cv, 0.0))
+        return
+    pl = polyline(route, route_count)
+    s0, d0, psi = to_frenet(pl, p0)
+    speed = torch.linalg.vector_norm(v, 2, dim=1)                               # = v.norm(dim=1)
+    dpsi = wrap_angle(torch.atan2(v[:, 1], v[:, 0]) - psi)
+    aligned = (dpsi.abs() < q.align_tol) | ((math.pi - dpsi.abs()) < q.align_tol)
+    follow = aligned & (speed >= q.min_speed) & (route_count.reshape(()) >= 2)
+    v_s, v_d = speed * torch.cos(dpsi), speed * torch.sin(dpsi)
+    v_s = v_s / (1.0 - curvature(pl, s0) * d0).clamp(min=0.2)   # along the lane at d0, not the reference
+    aim = d0 + v_d * q.tau
+    c = centers[(aim[:, None] - centers[None, :]).abs().argmin(dim=1)]
+    # Off the lanes (a cyclist on the shoulder, a walker on the sidewalk): keep the offset.
+    c = torch.where((aim - c).abs() <= q.lane_width / 2, c, d0)
+    if track_t is not None and motion_in is not None and motion_t_in is not None and motion is not None \
+            and motion_t is not None:
+        # Speed along the direction of travel (oncoming traffic too) and its filtered rate of change.
+        sp = v_s.abs()
+        a = _speed_rate(q, tracks, live & follow, sp, track_t, motion_in, motion_t_in, motion, motion_t)
+        # sp tau + a tau^2 / 2, tau capped where the speed reaches zero (it stops, never reverses)
+        t_stop = torch.where(a < 0, sp / torch.where(a < 0, -a, 1.0), math.inf)
+        tau = torch.minimum(t[None, :], t_stop[:, None])
+        s = s0[:, None] + torch.sign(v_s)[:, None] * (sp[:, None] * tau + 0.5 * a[:, None] * tau * tau)
+    else:
+        s = s0[:, None] + v_s[:, None] * t[None, :]
+    d = c[:, None] + (d0 - c)[:, None] * torch.exp(-t / q.tau)[None, :]
+    x, y, _h = from_frenet(pl, s, d)
+    lane = torch.stack((x, y), dim=-1)
+    predictions.copy_(torch.where(live[:, None, None], torch.where(follow[:, None, None], lane, cv), 0.0))
+
+
+def _speed_rate(q: Knobs, tracks: Tensor, follow: Tensor, v_s: Tensor, track_t: Tensor, motion_in: Tensor,
+                motion_t_in: Tensor, motion: Tensor, motion_t: Tensor) -> Tensor:
     """Each lane follower's filtered rate of change of its along-lane speed ``v_s``; writes this job's
     state (``motion``: id, speed, rate) for the next job."""
     dt = (track_t - motion_t_in).to(torch.float32)                      # NaN on the first job
-    fresh = (dt > 1e-3) & (dt <= p.accel_dt_max)
-    ids = tracks[:, T["id"]]
+    fresh = (dt > 1e-3) & (dt <= q.accel_dt_max)
+    ids = tracks[:, 0]                                                  # id
     same = (ids[:, None] == motion_in[None, :, 0]) & (motion_in[None, :, 0] > 0)   # (N, N): this id before
     seen = same.any(dim=1) & follow & fresh
     j = same.float().argmax(dim=1)
     prev_v, prev_a = motion_in[j, 1], motion_in[j, 2]
     raw = (v_s - prev_v) / torch.where(fresh, dt, 1.0)
-    a = (p.accel_gain * raw + (1.0 - p.accel_gain) * prev_a).clamp(-p.max_brake, p.max_accel)
+    a = (q.accel_gain * raw + (1.0 - q.accel_gain) * prev_a).clamp(-q.max_brake, q.max_accel)
     a = torch.where(seen, a, 0.0)
     motion.copy_(torch.where(follow[:, None], torch.stack((ids, v_s, a), dim=1), 0.0))
     motion_t.copy_(track_t)

@@ -256,3 +256,47 @@ def test_braking_aware_prediction_stops_a_braking_leader_where_it_will_stop():
     tracks[0, 0] = 99.0
     fresh = ex.run({"tracks": tracks, **base, "track_t": torch.tensor([6.2], dtype=torch.float64), **state})
     assert float(fresh["motion"][0, 2]) == 0.0
+
+
+def test_kernels_write_what_their_python_bodies_write_bit_for_bit(monkeypatch):
+    """The planning and prediction kernels (TorchScript) against their Python bodies, over a few chained
+    jobs: a closing car, a braking leader, all lanes blocked (the minimal-risk stop), no route."""
+    from pipelines import planning, prediction
+    from pipelines.prediction import initial_prediction_state
+    from rt_runtime.exec import kernel
+
+    def jobs():
+        for k in range(4):
+            wall = [(65.0, -3.5), (65.0, 0.0), (65.0, 3.5)] if k == 2 else []
+            s = scene(obstacles=[(95.0 - 0.6 * k, 0.0), (30.0 + 1.4 * k, 3.5), *wall],
+                      ego=(50.0 + k, 0.4, 0.03, 10.0), t=0.1 * k, route=ROUTE if k < 3 else ROUTE[:1])
+            s["tracks"][:2, 4] = torch.tensor([6.0 - 0.4 * k, 14.0])          # a braking leader, a closing car
+            s["predictions"][1, :, 0] += 14.0 * DT * torch.arange(1, schema.HORIZON + 1)
+            yield s
+
+    def run() -> list[torch.Tensor]:
+        plan_ex = GraphExecutor(build_planning_graph(target_speed=10.0, w_lead=1.0))
+        pred_ex = GraphExecutor(build_prediction_graph(road=RoadLayout.uniform(3), accel=True))
+        state, last, outs, status = initial_prediction_state(), None, [], []
+        for s in jobs():
+            p = pred_ex.run({**{k: s[k] for k in ("tracks", "confirmed_count", "route", "route_count")},
+                             "track_t": s["odom"][5:6].clone(), **state})
+            state = {"motion_in": p["motion"].clone(), "motion_t_in": p["motion_t"].clone()}
+            out = plan_ex.run({**s, "last_trajectory": last} if last is not None else s)
+            last = out["trajectory"].clone()
+            outs += [v.clone() for v in (*p.values(), *out.values())]
+            status.append(int(out["plan_status"]))
+        assert status == [0, 0, 1, 0]           # the wall: the minimal-risk stop
+        return outs
+
+    names = ((planning, "_build"), (planning, "_stop"), (planning, "_clearance"), (planning, "_select"),
+             (prediction, "_predict"))
+    compiled = run()
+    if not planning._build.eager:
+        assert all(isinstance(getattr(m, n).compiled, torch.jit.ScriptFunction) for m, n in names)
+    monkeypatch.setenv("RT_RUNTIME_EAGER_KERNELS", "1")
+    for m, n in names:
+        monkeypatch.setattr(m, n, kernel(getattr(m, n).py))
+    eager = run()
+    bits = lambda t: (t.dtype, t.shape, t.reshape(-1).view(torch.uint8))  # noqa: E731 - NaN compares too
+    assert all(bits(a)[:2] == bits(b)[:2] and torch.equal(bits(a)[2], bits(b)[2]) for a, b in zip(compiled, eager))
