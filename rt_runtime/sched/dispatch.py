@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from .events import EventKind
+from .handoff import wait_ready
 from .job import ABORTED, PREEMPTED, RUNNING, RunJob
 
 _K = EventKind
@@ -74,6 +75,8 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
         return None
     job = _pop(ready)[1]
     if job.gen is None:
+        if s.async_device and job.pins:   # its stream waits on the fills of what it reads, not its thread
+            wait_ready(job.executor, job.pins)
         job.start_ns = now
         job.gen = job.executor.steps(job.inputs)   # type: ignore[union-attr]
         job.ts.c["started"] += 1
