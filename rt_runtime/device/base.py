@@ -38,11 +38,22 @@ class Device(Protocol):
     def event(self) -> Any:
         """An event for cross-stream dependencies."""
 
-    def copy_(self, dst: Any, src: Any) -> None:
-        """Copy ``src`` into ``dst`` in place (same shape)."""
+    def copy_(self, dst: Any, src: Any, stream: Any = None) -> None:
+        """Copy ``src`` into ``dst`` in place (same shape): as work of ``stream`` when one is given."""
+
+    def copy_stream(self) -> Any:
+        """The device's one stream for host<->device copies (ingress staging, egress), made on first use."""
+
+    def host_buffer(self, numel: int, dtype: Any) -> Any:
+        """A flat host tensor the copy stream reads or writes: pinned on CUDA, ordinary on the CPU."""
 
     def launch(self, stream: Any, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` as work of ``stream``: at once on ``cpu``, enqueued on ``cpu-async``."""
+
+
+def asynchronous(device: Any) -> bool:
+    """Whether launched work completes later (``cuda`` and its twin ``cpu-async``): then hand-offs need events."""
+    return getattr(device, "kind", "cpu") in ("cuda", "cpu-async")
 
 
 def tensor_device(name: str) -> str:

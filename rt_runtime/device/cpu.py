@@ -92,8 +92,18 @@ class CpuDevice:
         """A no-op event."""
         return _NoEvent()
 
-    def copy_(self, dst: Any, src: Any) -> None:
-        """In-place copy."""
+    def copy_stream(self) -> _NoStream:
+        """A placeholder: copies are done when the call returns."""
+        return _NoStream(1.0)
+
+    def host_buffer(self, numel: int, dtype: Any) -> Any:
+        """An ordinary host tensor (nothing to pin without a GPU)."""
+        import torch
+
+        return torch.empty(numel, dtype=dtype)
+
+    def copy_(self, dst: Any, src: Any, stream: Any = None) -> None:
+        """In-place copy, now (``stream`` is accepted for the protocol's sake)."""
         if isinstance(dst, np.ndarray):
             np.copyto(dst, src)
         else:

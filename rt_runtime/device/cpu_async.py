@@ -165,12 +165,26 @@ class CpuAsyncDevice(CpuDevice):
         super().__init__(array="torch")
         self.name = "cpu-async"
         self._streams: list[AsyncStream] = []
+        self._copy: AsyncStream | None = None
 
     def stream(self, urgency: float = 0.0) -> AsyncStream:  # type: ignore[override]
         """A new stream, with its own worker thread, owned by the caller."""
         s = AsyncStream(urgency, name=f"s{len(self._streams)}")
         self._streams.append(s)
         return s
+
+    def copy_stream(self) -> AsyncStream:
+        """The device's copy stream (ingress staging, egress), made on first use."""
+        if self._copy is None:
+            self._copy = AsyncStream(1.0, name="copy")
+            self._streams.append(self._copy)
+        return self._copy
+
+    def host_buffer(self, numel: int, dtype: Any) -> Any:
+        """An ordinary host tensor: the twin's "device" memory is host memory too, so nothing to pin."""
+        import torch
+
+        return torch.empty(numel, dtype=dtype)
 
     def on_stream(self, stream: Any) -> nullcontext:
         """Ops do not go to a stream implicitly here: ``launch`` names the stream."""

@@ -67,6 +67,7 @@ class CudaDevice:
         if deterministic:
             set_deterministic(torch)
         self._owned: list[Any] = []
+        self._copy: Any = None
 
     def alloc_arena(self, nbytes: int, alignment: int) -> Any:
         """One device allocation; the caching allocator returns 512-byte aligned blocks."""
@@ -124,9 +125,25 @@ class CudaDevice:
         """An event for cross-stream dependencies (record on the producer, wait on the consumer)."""
         return self.torch.cuda.Event()
 
-    def copy_(self, dst: Any, src: Any) -> None:
-        """Asynchronous in-place copy on the current stream."""
-        dst.copy_(src, non_blocking=True)
+    def copy_(self, dst: Any, src: Any, stream: Any = None) -> None:
+        """Asynchronous in-place copy on ``stream`` (or the current one)."""
+        if stream is None:
+            dst.copy_(src, non_blocking=True)
+        else:
+            with self.torch.cuda.stream(stream):
+                dst.copy_(src, non_blocking=True)
+
+    # CUDA-only path of the hand-offs (sched.handoff), symmetrical with the cpu-async twin that CI runs;
+    # untested here: no GPU on CI.
+    def copy_stream(self) -> Any:
+        """The device's copy stream (ingress H2D from pinned staging, egress D2H), most urgent, made once."""
+        if self._copy is None:
+            self._copy = self.stream(1.0)
+        return self._copy
+
+    def host_buffer(self, numel: int, dtype: Any) -> Any:
+        """A pinned host tensor: an H2D/D2H copy from it is truly asynchronous (pageable memory is not)."""
+        return self.torch.empty(numel, dtype=dtype, pin_memory=True)
 
     def capture(self, body: Callable[[], None], stream: Any) -> Any:
         """Record ``body``'s kernels into a CUDA graph on ``stream``; replay with ``graph.replay()``."""

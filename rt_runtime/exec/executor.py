@@ -12,7 +12,10 @@ On an asynchronous device (``cuda``, and its CPU twin ``cpu-async``) an op is *l
 task's stream and runs later: after the last op the executor records a completion event and its
 thread waits for it, so a job ends when its device work ends (execution times, overruns, misses
 and the cost model see device time, not launch time), and per-op device times come from an event
-recorded after each op (``op_start_ns``/``op_end_ns`` once the job completed).
+recorded after each op (``op_start_ns``/``op_end_ns`` once the job completed). Hand-offs to other
+tasks are ordered on the streams (``sched.handoff``): a job's outputs are copied into channel slots on
+``out_stream`` (after its ops, before its next job's), and ``wait_events`` makes the stream wait on the
+fills of the slots a job reads before its first op.
 
 On CUDA, with ``capture=True`` and a graph whose ops are all capturable, the whole graph is
 recorded into a CUDA graph at set-up (``prepare``, called by ``warm_up`` after its eager jobs, never
@@ -85,6 +88,9 @@ class GraphExecutor:
         self._stream_ctx = self.device.on_stream(self.stream) if on_cuda else None
         # One event after each op (and one before the first): the job's completion and its per-op device times.
         self._marks = [self._timing_event() for _ in range(n + 1)] if self.asynchronous else []
+        self._last_mark: Any = None   # the mark after the last op launched (what an abort leaves running)
+        # Where the job's output views are written: the channel fill of a job's outputs is launched here.
+        self.out_stream: Any = self.stream if self.asynchronous else None
         self.jobs = 0
         self.captures = 0
         self.replays = 0
@@ -145,11 +151,22 @@ class GraphExecutor:
         for i, (fn, args) in enumerate(self._calls):
             dev.launch(stream, fn, *args)
             marks[i + 1].record(stream)
+            self._last_mark = marks[i + 1]
             if i == last:
                 marks[i + 1].synchronize()   # the job ends when its device work ends (a device error raises here)
                 self._device_times(t_host)
             yield i
         self.jobs += 1
+
+    def wait_events(self, events: list[Any]) -> None:
+        """Make the stream wait on ``events`` before the ops launched next (the fills of a job's inputs)."""
+        stream = self.stream
+        for e in events:
+            e.wait(stream)
+
+    def in_flight(self) -> list[Any]:
+        """An event after the ops launched so far, if any may still run (a job closed before its end)."""
+        return [self._last_mark] if self._last_mark is not None else []
 
     def _timing_event(self) -> Any:
         if self.device.kind == "cuda":

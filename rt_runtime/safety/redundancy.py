@@ -128,6 +128,18 @@ class RedundantExecutor:
         self._rt, self._task = rt, ts.name
 
     # ---- one job ----------------------------------------------------------------------------
+    def wait_events(self, events: list[Any]) -> None:
+        """Every copy's (and the vote fallback's) stream waits on ``events`` before its next ops."""
+        for ex in self._executors():
+            ex.wait_events(events)
+
+    def in_flight(self) -> list[Any]:
+        """Events after what each copy launched so far."""
+        return [e for ex in self._executors() for e in ex.in_flight()]
+
+    def _executors(self) -> list[GraphExecutor]:
+        return self.copies + ([self.fallback] if self.fallback is not None else [])
+
     def steps(self, inputs: Mapping[str, Any]) -> Iterator[int]:
         """Run one job: the copies, the comparison, a vote if needed; yields a step index per op."""
         if self.check_inputs:

@@ -247,6 +247,8 @@ class Speculator:
                 t = slot.t_ns
             if gin in self.spec.wait_for and t <= release - ts.period:
                 return None   # not written since the last release yet: a basis that will change
+            if slot.ready is not None:   # hypotheses are built on the host: its fill must be complete
+                slot.ready.synchronize()
             inputs[gin] = slot.data
             written[gin] = t
             if ch.name in s.written_channels:

@@ -15,6 +15,9 @@ only keeps the data and the per-reader bookkeeping:
 * ``drop_oldest``  as ``queue``, but a full queue drops its oldest message to take the new one.
 
 A read with nothing new returns the reader's last message again (marked stale).
+
+On an asynchronous device (``bind_device``) fills, ingress and egress copies are launched on streams
+and ordered by events kept with each slot (``Slot.ready``, ``Slot.users``): see ``sched.handoff``.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..core.tensor import ContractError, TensorSpec
+from .handoff import EgressCopy, copy_in, egress_copy
 
 
 class ChannelPolicy(str, Enum):
@@ -48,9 +52,14 @@ class ChannelConfig:
 
 
 class Slot:
-    """One preallocated message buffer; ``data`` is a view of the valid part, ``refs`` its holders."""
+    """One preallocated message buffer; ``data`` is a view of the valid part, ``refs`` its holders.
 
-    __slots__ = ("index", "buf", "data", "shape", "seq", "t_ns", "stamp_ns", "refs")
+    On an asynchronous device: ``ready`` is the event after the copy that filled it (None: complete on
+    the host), ``users`` the events after its readers' work that its next fill waits for, ``stage``
+    and ``host`` its ingress and egress host buffers (made on first use)."""
+
+    __slots__ = ("index", "buf", "data", "shape", "seq", "t_ns", "stamp_ns", "refs", "event", "ready", "users",
+                 "stage", "host", "host_event", "host_busy")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -61,6 +70,13 @@ class Slot:
         self.t_ns = -1
         self.stamp_ns = -1   # the time the data describe (a sensor's header stamp), on the same timeline
         self.refs = 0
+        self.event: Any = None    # recorded after each asynchronous fill (one per slot, made at bind)
+        self.ready: Any = None
+        self.users: list[Any] = []
+        self.stage: Any = None
+        self.host: Any = None
+        self.host_event: Any = None
+        self.host_busy = False
 
     def __repr__(self) -> str:
         return f"Slot(#{self.index}, seq={self.seq}, t={self.t_ns}, shape={self.shape}, refs={self.refs})"
@@ -111,6 +127,15 @@ class Channel:
         self.grows = 0              # allocations after the first: zero in steady state
         self.last_read_drops = 0    # drops found by the latest read (the runtime traces them)
         self.last_commit_drops = 0  # drops caused by the latest commit
+        self.dev: Any = None        # an asynchronous device (bind_device): hand-offs on its streams
+        self.streamed = False       # bound and carrying torch tensors: fills and egress go through streams
+        self.egress_spares = 0      # egress host buffers allocated because a slot's own was busy (rare)
+
+    def bind_device(self, dev: Any) -> None:
+        """Order this channel's hand-offs on ``dev``'s streams (an asynchronous device, before any write)."""
+        self.dev = dev
+        for s in self.slots:
+            s.event = dev.event()
 
     # ---- set-up -----------------------------------------------------------------------------
     def add_reader(self, name: str) -> int:
@@ -145,6 +170,8 @@ class Channel:
         for _ in range(max(0, n)):
             s = Slot(len(self.slots))
             s.buf = self._alloc(self._cap_numel) if bufs else None
+            if self.dev is not None:
+                s.event = self.dev.event()
             self.slots.append(s)
             self._free.append(s)
 
@@ -152,6 +179,7 @@ class Channel:
         self._lib = "numpy" if isinstance(data, np.ndarray) else "torch"
         self._dtype, self._device = data.dtype, getattr(data, "device", None)
         self._cap_numel = max(_numel(data), math.prod(self.spec.max_shape) if self.spec is not None else 0)
+        self.streamed = self.dev is not None and self._lib == "torch"
         # A channel whose first message is adopted gets its buffers only if a copy ever needs one.
         self._grow_slots(self._capacity, bufs)
 
@@ -159,6 +187,12 @@ class Channel:
         """A message larger than the slots (no spec bound it): enlarge every slot, keeping contents."""
         self.grows += 1
         self._cap_numel = numel
+        if self.streamed:   # a copy below reads slots on the host: their pending copies and readers first
+            for s in self.slots:
+                for e in s.users + ([s.ready] if s.ready is not None else []):
+                    e.synchronize()
+                s.users.clear()
+                s.ready = None
         for s in self.slots:
             if s.buf is None:
                 continue
@@ -193,8 +227,12 @@ class Channel:
         """True if ``fill`` can copy ``data`` without allocating (safe outside the runtime's lock)."""
         return bool(self.slots) and _numel(data) <= self._cap_numel
 
-    def fill(self, slot: Slot, data: Any) -> Slot:
-        """Copy ``data`` into a reserved slot; returns the slot to commit (it may be replaced)."""
+    def fill(self, slot: Slot, data: Any, stream: Any = None, stage: bool = False) -> Slot:
+        """Copy ``data`` into a reserved slot; returns the slot to commit (it may be replaced).
+
+        On a bound channel (``streamed``) with a ``stream``, the copy is launched there and
+        ``slot.ready`` recorded after it: the producer's stream, or the copy stream for ``stage``d
+        ingress. Without a stream (or on the ``cpu`` device) the copy is done on the host, now."""
         if self.check:
             self.spec.check(data, op="<channel>", graph=self.name)  # type: ignore[union-attr]
         if not self.slots:
@@ -220,7 +258,9 @@ class Channel:
             slot.shape = shape
             slot.data = self._view(slot.buf, shape)
         dst = slot.data
-        if self._lib == "torch":
+        if self.streamed:
+            copy_in(self.dev, slot, dst, data, stream, self._cap_numel, stage)
+        elif self._lib == "torch":
             dst.copy_(data)
         else:
             np.copyto(dst, data)
@@ -261,8 +301,13 @@ class Channel:
             self._unref(slot)
 
     def write(self, t_ns: int, data: Any, stamp_ns: int = -1) -> int:
-        """Reserve, copy and commit in one call (ingress); returns the seq."""
-        return self.commit(self.fill(self.reserve(), data), t_ns, stamp_ns)
+        """Reserve, copy and commit in one call (ingress); returns the seq.
+
+        On a bound channel the copy goes through the slot's host staging buffer and the device's copy
+        stream (``sched.handoff``); ``data`` may be reused by the caller as soon as this returns."""
+        if self.dev is None:
+            return self.commit(self.fill(self.reserve(), data), t_ns, stamp_ns)
+        return self.commit(self.fill(self.reserve(), data, self.dev.copy_stream(), stage=True), t_ns, stamp_ns)
 
     def adopt(self, t_ns: int, data: Any, stamp_ns: int = -1) -> int:
         """Commit ``data`` itself, without a copy (ingress whose caller hands the data over and never
@@ -281,6 +326,7 @@ class Channel:
         slot = self.reserve()
         slot.shape = None   # its data is not a view of its own buffer: a later fill makes a new view
         slot.data = data
+        slot.ready = None   # complete on the host: nothing to wait for
         return self.commit(slot, t_ns, stamp_ns)
 
     def _unref(self, s: Slot) -> None:
@@ -321,9 +367,18 @@ class Channel:
         s.refs += 1
         return s
 
-    def unpin(self, slot: Slot) -> None:
-        """Release a snapshot taken by ``read``."""
+    def unpin(self, slot: Slot, after: list[Any] | None = None) -> None:
+        """Release a snapshot taken by ``read``; ``after``: events its next fill must wait for (a reader
+        whose work on a stream may still be running)."""
+        if after:
+            slot.users.extend(after)
         self._unref(slot)
+
+    def egress_copy(self, slot: Slot) -> EgressCopy:
+        """A published slot's copy to host memory, launched on the copy stream (a ``streamed`` channel)."""
+        out, spare = egress_copy(self.dev, slot, self._cap_numel)
+        self.egress_spares += spare
+        return out
 
     def unread(self, rid: int) -> int:
         """Messages reader ``rid`` has not seen yet."""

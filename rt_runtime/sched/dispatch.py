@@ -24,6 +24,7 @@ import threading
 from typing import Any
 
 from .events import EventKind
+from .handoff import wait_ready
 from .job import ABORTED, PREEMPTED, RUNNING, RunJob
 
 _K = EventKind
@@ -90,6 +91,8 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
         if job is None:
             return None
     if job.gen is None:
+        if s.async_device and job.pins:   # its stream waits on the fills of what it reads, not its thread
+            wait_ready(job.executor, job.pins)
         job.start_ns = now
         job.gen = job.executor.steps(job.inputs)   # type: ignore[union-attr]
         job.ts.c["started"] += 1

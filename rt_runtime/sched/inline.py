@@ -39,6 +39,8 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
     if par is not None:
         par.hw = hw
     while True:
+        if s.outbox:   # egress copies on an asynchronous device: handed over as they complete, in order
+            s.flush_egress()
         if s.inbox:
             s.drain_inbox()
         if single is not None:
@@ -138,6 +140,8 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
             t = t_op
         nxt = t if t < t_end else t_end
         if nxt <= now:
+            if s.outbox:
+                s.flush_egress()
             break
         wake = s.wake
         if wake is not None:

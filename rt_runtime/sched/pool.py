@@ -13,6 +13,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
+from .handoff import wait_ready
 from .job import RunJob
 
 _local = threading.local()   # the computation a thread is running (for the COMPARE events it records)
@@ -80,6 +81,8 @@ def compute(c: Computation, measure: Callable[[], int], in_driver: bool) -> None
         c.inputs[gin] = x
     ex = c.executor
     steps = c.steps
+    if c.refs:
+        wait_ready(ex, c.refs)   # inputs filled on a stream (ingress copies): the executor's stream waits
     _local.comp = c
     try:
         t0 = measure()

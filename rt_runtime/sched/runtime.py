@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..core.chain import Chain, apply_chains
 from ..core.task import Task
-from ..device.base import Device
+from ..device.base import Device, asynchronous
 from ..exec.executor import GraphExecutor
 from ..exec.warmup import spec_zeros
 from .binding import CostModel, TaskBinding, measured_cost
@@ -149,6 +149,10 @@ class Runtime:
                                chain_timeouts=timeouts)
         self.sched.adopt = adopt_ingress
         self.sched.steal = steal and workers > 1   # work-conserving dispatch (sched/dispatch.py)
+        if asynchronous(device):   # hand-offs between tasks ordered by events on the device's streams
+            self.sched.async_device = True
+            for ch in self.channels.values():
+                ch.bind_device(device)
         self.sched.watchdog.on_stall = on_stall
         for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
             for ex in ts.executors:
@@ -262,6 +266,8 @@ class Runtime:
                 run_inline(self.sched, self.clock, self.cost, int(t_ns))
         finally:
             self._driver = None
+            if self.sched.outbox:   # what the last instant published (the threaded driver's last flush)
+                self.sched.flush_egress()
             if saved is not None:
                 saved.restore()
 

@@ -22,11 +22,13 @@ from .chains import arm_timeout, chain_bound, open_instance, release_next, timeo
 from .channel import Channel
 from .dispatch import wake_idle
 from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
+from .handoff import in_flight
 from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
 from .policy import Policy
 
 Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
+# On an asynchronous device the data is a host copy, handed over by the driver outside the lock (flush_egress).
 
 _K = EventKind
 _push = heapq.heappush
@@ -63,6 +65,9 @@ class Scheduler:
         self.hw = False   # record each op's measured time (EventKind.MEASURED) for the hardware timeline
         self.par: Any = None   # parallel commit (sched.parallel.ParallelCommit): jobs computed on a pool
         self.adopt = False     # ingress keeps pushed data without a copy (Channel.adopt)
+        self.async_device = False   # streams: jobs wait on their inputs' fill events (sched.handoff)
+        self.outbox: deque[tuple[str, int, int, Any]] = deque()   # egress copies in flight, in publish order
+        self.egress_lock = threading.Lock()   # one flusher at a time, so egress sees publish order
         self.nondeterminism: list[tuple[int, str]] = []
         self.errors: list[tuple[str, int, BaseException]] = []
         self._ingress_seq = 0
@@ -334,7 +339,10 @@ class Scheduler:
             if ch.last_commit_drops and self.tr:
                 self.sink.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)
             if egress is not None:
-                egress(ch.name, t, seq, slot.data)
+                if ch.streamed:   # a device-to-host copy now; the driver waits for it after the lock
+                    self.outbox.append((ch.name, t, seq, ch.egress_copy(slot)))
+                else:
+                    egress(ch.name, t, seq, slot.data)
             for tts in self.triggers.get(ch.name, ()):
                 self.trigger(tts, t)
         job.outs = ()
@@ -342,13 +350,29 @@ class Scheduler:
         if self.tr:
             self.sink.emit(_K.PUBLISH, t, ts.name, job.index, len(ts.writers), int(at_finish))
 
+    def flush_egress(self) -> None:
+        """Hand the queued egress copies to egress in publish order, each once its copy completed.
+
+        Called by the drivers after releasing ``lock``: waiting for a copy is a host sync."""
+        box, egress = self.outbox, self.egress
+        with self.egress_lock:
+            while box:
+                name, t, seq, copy = box.popleft()
+                try:
+                    egress(name, t, seq, copy.result())   # type: ignore[misc]
+                finally:
+                    copy.release()
+
     # ---- ends of a job ----------------------------------------------------------------------
     def fill_outputs(self, job: RunJob) -> None:
-        """Copy the executor's output views into the job's reserved channel slots (at finish)."""
+        """Copy the executor's output views into the job's reserved channel slots (at finish); on an
+        asynchronous device the copies are launched on the stream that wrote the views (``out_stream``)."""
         outs = job.outs
-        views = job.executor.outputs   # type: ignore[union-attr]
+        ex = job.executor
+        views = ex.outputs   # type: ignore[union-attr]
+        stream = getattr(ex, "out_stream", None)
         for i, (gout, ch) in enumerate(job.ts.writers):
-            outs[i] = ch.fill(outs[i], views[gout])
+            outs[i] = ch.fill(outs[i], views[gout], stream)
 
     def wants_output(self, job: RunJob) -> bool:
         """False if the output will be dropped anyway (skip, or a late job): then do not copy it."""
@@ -414,8 +438,10 @@ class Scheduler:
             ts.on = -1
         if job.comp is not None:
             self.par.dropped(job)
+        # Its launched ops may still read its inputs on its stream: their slots are refilled after them.
+        running = in_flight(job.executor) if self.async_device and job.pins else None
         for ch, s in job.pins:
-            ch.unpin(s)
+            ch.unpin(s, running)
         job.pins = ()
         self._cancel_outputs(job)
         ts.active -= 1

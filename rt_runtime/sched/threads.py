@@ -161,7 +161,13 @@ class WorkerThread(threading.Thread):
                     w.stalled = False
                     s.watchdog.unstall(w.index)
                 complete_op(s, w, job, idx, t0, t1, done, err, filled)
-                job = wait_for_job()
+                flush = bool(s.outbox)
+                if not flush:
+                    job = wait_for_job()
+            if flush:   # egress copies published here: wait for them off the lock, then the next job
+                s.flush_egress()
+                with lock:
+                    job = wait_for_job()
             if job is None:
                 return
 
@@ -243,6 +249,8 @@ def run_threaded(rt: Any, t_end: int) -> None:
             t = tl[0][0] if tl else _INF
             nxt = t if t < t_end else t_end
             s.wake_at = nxt
+        if s.outbox:   # egress copies of what was published here: waited for off the lock
+            s.flush_egress()
         if nxt <= now:
             break
         clock.sleep_until(nxt, wake)
