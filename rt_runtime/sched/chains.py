@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import DROP_BACKLOG, DROP_NO_INPUT, EventKind
 from .job import ABORTED, READY, WAITING, RunJob, TaskState
+from .let import snapshot
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -88,7 +89,7 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         job = RunJob(ts, idx, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r))
         job.state = WAITING
         job.chain_run = run
-        if s.snapshot(ts, job, r, skip={gin for gin, *_ in ts.chain_in}) is None:
+        if snapshot(s, ts, job, r, skip={gin for gin, *_ in ts.chain_in}) is None:
             return   # a required input never written yet: neither it nor the members after it run
         job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
         if ts.writers:

@@ -17,6 +17,7 @@ from typing import Any
 from .binding import cpu_time_cost, measured_cost
 from .dispatch import complete_op, next_job, run_op
 from .events import EventKind
+from .let import flush_egress
 
 _MEASURED = EventKind.MEASURED
 _INF = 1 << 62
@@ -40,7 +41,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
         par.hw = hw
     while True:
         if s.outbox:   # egress copies on an asynchronous device: handed over as they complete, in order
-            s.flush_egress()
+            flush_egress(s)
         if s.inbox:
             s.drain_inbox()
         if single is not None:
@@ -141,7 +142,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
         nxt = t if t < t_end else t_end
         if nxt <= now:
             if s.outbox:
-                s.flush_egress()
+                flush_egress(s)
             break
         wake = s.wake
         if wake is not None:

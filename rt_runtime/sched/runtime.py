@@ -38,6 +38,7 @@ from .dispatch import Worker
 from .events import EventSink, NullSink
 from .inline import run_inline
 from .job import TaskState
+from .let import flush_egress
 from .meta import MetaPool, meta_inputs
 from .policy import Policy, as_policy, partition
 from .scheduler import Egress, Scheduler
@@ -267,7 +268,7 @@ class Runtime:
         finally:
             self._driver = None
             if self.sched.outbox:   # what the last instant published (the threaded driver's last flush)
-                self.sched.flush_egress()
+                flush_egress(self.sched)
             if saved is not None:
                 saved.restore()
 

@@ -16,15 +16,16 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .chains import arm_timeout, chain_bound, open_instance, release_next, timeout
 from .channel import Channel
 from .dispatch import wake_idle
-from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_NO_INPUT, DROP_OUTPUT, EventKind, EventSink
+from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_OUTPUT, EventKind, EventSink
 from .handoff import in_flight
 from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
+from .let import publish, snapshot
 from .policy import Policy
 
 Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
@@ -219,7 +220,7 @@ class Scheduler:
         if tr:
             self.sink.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
         if ts.readers:
-            stale = self.snapshot(ts, job, r)
+            stale = snapshot(self, ts, job, r)
             if stale is None:
                 return
             if ts.meta is not None:
@@ -259,46 +260,6 @@ class Scheduler:
         elif ts.join is not None and joined(ts):
             self.trigger(ts, r)
 
-    def snapshot(self, ts: TaskState, job: RunJob, r: int, skip: Collection[str] = ()) -> int | None:
-        """LET read at ``r``: pin what each of the job's input channels holds now (but the inputs in
-        ``skip``), an optional input's default where its channel is empty, and fill its metadata rows.
-        Returns how many inputs were stale; None when a required input has no message yet (then nothing
-        stays pinned and the job is counted as released without input)."""
-        tr = self.tr
-        inputs = job.inputs = {}
-        pins = job.pins = []
-        stale = 0
-        meta = ts.meta
-        block = job.meta_block = meta.take() if meta is not None else 0
-        for gin, ch, rid in ts.readers:
-            if gin in skip:
-                continue
-            s = ch.read(rid)
-            if ch.last_read_drops and tr:
-                self.sink.emit(_K.DROP, r, ts.name, job.index, DROP_CHANNEL, ch.last_read_drops)
-            if s is None:
-                if gin in ts.defaults:   # optional: its empty default, stale
-                    inputs[gin] = ts.defaults[gin]
-                    if meta is not None and gin in meta.row_of:
-                        meta.fill(block, gin, r, -1, r, True, r)
-                    stale += 1
-                    continue
-                for ch2, s2 in pins:
-                    ch2.unpin(s2)
-                ts.c["no_input"] += 1
-                if tr:
-                    self.sink.emit(_K.DROP, r, ts.name, job.index, DROP_NO_INPUT, 1)
-                return None
-            st = ch.readers[rid].stale
-            stale += st
-            inputs[gin] = s.data
-            pins.append((ch, s))
-            if ch in ts.stamp_from and (job.stamp_ns < 0 or s.stamp_ns < job.stamp_ns):
-                job.stamp_ns = s.stamp_ns   # what released it; of a join's messages, the oldest
-            if meta is not None and gin in meta.row_of:
-                meta.fill(block, gin, s.t_ns, s.seq, r, st, s.stamp_ns)
-        return stale
-
     def queue(self, w: Any, job: RunJob) -> None:
         """Put a released job on its worker's ready queue (and wake the worker's thread, if any; with
         ``steal``, also an idle worker's while that one is busy)."""
@@ -315,7 +276,7 @@ class Scheduler:
         if st == FINISHED:
             job.state = DONE
             if not ts.on_finish:
-                self.publish(job, t, False)
+                publish(self, job, t, False)
             if ts.mode or job.overrun:
                 self.watchdog.clean(job, t)
             else:
@@ -329,39 +290,6 @@ class Scheduler:
             self.watchdog.react(job, ts.on_miss, t)
             if job.state == WAITING:   # a chain member its predecessor never released: it never runs
                 self.kill(job, t, -1)
-
-    def publish(self, job: RunJob, t: int, at_finish: bool) -> None:
-        """Make a job's outputs visible on its channels at ``t`` (LET write) and hand them to egress."""
-        ts = job.ts
-        egress = self.egress
-        for (_, ch), slot in zip(ts.writers, job.outs):
-            seq = ch.commit(slot, t, job.stamp_ns)
-            if ch.last_commit_drops and self.tr:
-                self.sink.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)
-            if egress is not None:
-                if ch.streamed:   # a device-to-host copy now; the driver waits for it after the lock
-                    self.outbox.append((ch.name, t, seq, ch.egress_copy(slot)))
-                else:
-                    egress(ch.name, t, seq, slot.data)
-            for tts in self.triggers.get(ch.name, ()):
-                self.trigger(tts, t)
-        job.outs = ()
-        ts.c["published"] += 1
-        if self.tr:
-            self.sink.emit(_K.PUBLISH, t, ts.name, job.index, len(ts.writers), int(at_finish))
-
-    def flush_egress(self) -> None:
-        """Hand the queued egress copies to egress in publish order, each once its copy completed.
-
-        Called by the drivers after releasing ``lock``: waiting for a copy is a host sync."""
-        box, egress = self.outbox, self.egress
-        with self.egress_lock:
-            while box:
-                name, t, seq, copy = box.popleft()
-                try:
-                    egress(name, t, seq, copy.result())   # type: ignore[misc]
-                finally:
-                    copy.release()
 
     # ---- ends of a job ----------------------------------------------------------------------
     def fill_outputs(self, job: RunJob) -> None:
@@ -412,10 +340,10 @@ class Scheduler:
                 self.sink.emit(_K.DROP, t, ts.name, job.index, DROP_OUTPUT, 1)
         elif job.missed:                  # reaction "none": publish late, on finish
             job.state = DONE
-            self.publish(job, t, True)
+            publish(self, job, t, True)
         elif ts.on_finish:
             job.state = FINISHED
-            self.publish(job, t, True)
+            publish(self, job, t, True)
         else:
             job.state = FINISHED
         if job.chain_run is not None:

@@ -26,6 +26,7 @@ from typing import Any, Iterable
 
 from .clock import set_timer_slack
 from .dispatch import Worker, complete_op, next_job, run_op
+from .let import flush_egress
 
 _INF = 1 << 62
 _warned: set[str] = set()
@@ -165,7 +166,7 @@ class WorkerThread(threading.Thread):
                 if not flush:
                     job = wait_for_job()
             if flush:   # egress copies published here: wait for them off the lock, then the next job
-                s.flush_egress()
+                flush_egress(s)
                 with lock:
                     job = wait_for_job()
             if job is None:
@@ -250,7 +251,7 @@ def run_threaded(rt: Any, t_end: int) -> None:
             nxt = t if t < t_end else t_end
             s.wake_at = nxt
         if s.outbox:   # egress copies of what was published here: waited for off the lock
-            s.flush_egress()
+            flush_egress(s)
         if nxt <= now:
             break
         clock.sleep_until(nxt, wake)
