@@ -26,15 +26,14 @@ import math
 from dataclasses import dataclass, field
 
 import torch
+from torch import Tensor
 
 from rt_runtime import Graph, Op
+from rt_runtime.exec import kernel
 from pipelines import schema
 from pipelines.geometry import CameraModel, box_corners, compact, greedy_assign, on_device, valid_mask
 
-B = {c: i for i, c in enumerate(schema.BOX_COLS)}
-RO = {c: i for i, c in enumerate(schema.RADAR_OBJ_COLS)}
-CAM = {c: i for i, c in enumerate(schema.CAM_COLS)}
-F = {c: i for i, c in enumerate(schema.FUSED_COLS)}
+F = {c: i for i, c in enumerate(schema.FUSED_COLS)}   # for readers of ``fused`` (the kernels unpack rows)
 SRC_LIDAR, SRC_RADAR, SRC_CAMERA = 1, 2, 4
 CAR, TRUCK, CYCLIST, PEDESTRIAN = (schema.CLASSES.index(c) for c in ("car", "truck", "cyclist", "pedestrian"))
 
@@ -53,10 +52,62 @@ class FusionParams:
     camera: CameraModel = field(default_factory=CameraModel)
 
 
-def class_prior(l: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def class_prior(l: Tensor, w: Tensor) -> Tensor:
     """A class index (schema.CLASSES) guessed from a box's footprint."""
-    small = torch.where(w < 1.2, CYCLIST, CAR)
-    return torch.where(l >= 7.0, TRUCK, torch.where(l >= 3.0, CAR, torch.where(l >= 1.2, small, PEDESTRIAN))).float()
+    car, truck, cyclist, pedestrian = 0, 1, 2, 3   # schema.CLASSES (pinned below): TorchScript reads no module ints
+    small = torch.where(w < 1.2, cyclist, car)
+    return torch.where(l >= 7.0, truck, torch.where(l >= 3.0, car, torch.where(l >= 1.2, small, pedestrian))).float()
+
+
+# The kernels unpack rows column by column in the schema's order (TorchScript reads no dicts): a
+# reordered schema must stop the import rather than shuffle columns silently.
+assert (CAR, TRUCK, CYCLIST, PEDESTRIAN) == (0, 1, 2, 3)
+assert schema.BOX_COLS == ("x", "y", "z", "l", "w", "h", "yaw", "score")
+assert schema.RADAR_OBJ_COLS == ("x", "y", "vr", "vx", "vy", "rcs", "n", "score")
+assert schema.CAM_COLS == ("u1", "v1", "u2", "v2", "score", "cls")
+assert schema.FUSED_COLS == ("x", "y", "z", "l", "w", "h", "yaw", "score", "cls", "vr", "has_vr", "src")
+assert (SRC_LIDAR, SRC_RADAR, SRC_CAMERA) == (1, 2, 4)
+
+
+@kernel
+def _fuse_lidar_radar(boxes: Tensor, box_count: Tensor, radar: Tensor, radar_count: Tensor, lr_objects: Tensor,
+                      lr_count: Tensor, gate_m: float, min_radar_score: float, radar_only_score: float,
+                      only_l: float, only_w: float, only_h: float) -> None:
+    """``fuse_lidar_radar``'s body: LiDAR boxes take matched clusters' Doppler; lone clusters become objects."""
+    nb, nr = boxes.shape[0], radar.shape[0]
+    bx, by, bz, bl, bw, bh, byaw, s_l = boxes.unbind(1)
+    rx, ry, r_vr, _rvx, _rvy, _rcs, _rn, r_score = radar.unbind(1)
+    lb = valid_mask(box_count, nb)
+    rb = valid_mask(radar_count, nr) & (r_score >= min_radar_score)
+    # Cluster minus box centre as (B, R) planes of x and y (contiguous: no strided reads).
+    dx, dy = rx[None, :] - bx[:, None], ry[None, :] - by[:, None]
+    dist = torch.linalg.vector_norm(torch.stack([dx, dy], -1), 2, [-1])   # what Tensor.norm(dim=-1) runs
+    # Gate in the box's frame: within gate_m of its outline. A circle round a long truck
+    # takes in the roadside beside it, whose static clutter would lend the truck its Doppler.
+    c, s = torch.cos(byaw[:, None]), torch.sin(byaw[:, None])
+    out_u = (dx * c + dy * s).abs() - 0.5 * bl[:, None]
+    out_v = (dy * c - dx * s).abs() - 0.5 * bw[:, None]
+    inside = lb[:, None] & rb[None, :] & (out_u < gate_m) & (out_v < gate_m)
+    b2r, _ = greedy_assign(torch.where(inside, dist, math.inf))
+    matched = b2r >= 0
+    r = radar[b2r.clamp(min=0)]
+    s_r, m_vr = r[:, 7], r[:, 2]   # the matched cluster's score and vr
+    lidar_rows = torch.stack([
+        bx, by, bz, bl, bw, bh, byaw,
+        torch.where(matched, 1 - (1 - s_l) * (1 - 0.5 * s_r), s_l),
+        class_prior(bl, bw),
+        torch.where(matched, m_vr, 0.0),
+        matched.float(),
+        1 + 2 * matched.float()], dim=1)   # SRC_LIDAR + SRC_RADAR * matched
+    # Radar-only: valid clusters no LiDAR box claims or encloses (a truck's second cluster is absorbed).
+    alone = rb & ~inside.any(dim=0)
+    one = torch.ones_like(radar[:, 0])
+    radar_rows = torch.stack([
+        rx, ry, one * (only_h / 2), one * only_l, one * only_w, one * only_h, torch.zeros_like(one),
+        radar_only_score * r_score, one * 0, r_vr, one, one * 2], dim=1)   # class CAR, src SRC_RADAR
+    rows, n = compact(torch.cat([lidar_rows, radar_rows]), torch.cat([lb, alone]))
+    lr_objects.copy_(rows)
+    lr_count.copy_(n.view(1))
 
 
 def _lidar_radar_op(p: FusionParams, device: str) -> Op:
@@ -66,70 +117,69 @@ def _lidar_radar_op(p: FusionParams, device: str) -> Op:
     nradar_s = on_device(schema.count("radar_object_count"), device)
     obj_s = on_device(schema.fused_objects("lr_objects"), device)
     nobj_s = on_device(schema.count("lr_count"), device)
-    h_def = p.radar_only_dims
+    knobs = (float(p.radar_gate_m), float(p.min_radar_score), float(p.radar_only_score),
+             *(float(d) for d in p.radar_only_dims))
 
-    def fuse(boxes: torch.Tensor, box_count: torch.Tensor, radar: torch.Tensor, radar_count: torch.Tensor,
-             lr_objects: torch.Tensor, lr_count: torch.Tensor) -> None:
-        nb, nr = boxes.shape[0], radar.shape[0]
-        lb = valid_mask(box_count, nb)
-        rb = valid_mask(radar_count, nr) & (radar[:, RO["score"]] >= p.min_radar_score)
-        rel = radar[None, :, :2] - boxes[:, None, :2]
-        dist = rel.norm(dim=-1)
-        # Gate in the box's frame: within radar_gate_m of its outline. A circle round a long truck
-        # takes in the roadside beside it, whose static clutter would lend the truck its Doppler.
-        c, s = torch.cos(boxes[:, B["yaw"], None]), torch.sin(boxes[:, B["yaw"], None])
-        out_u = (rel[..., 0] * c + rel[..., 1] * s).abs() - 0.5 * boxes[:, B["l"], None]
-        out_v = (rel[..., 1] * c - rel[..., 0] * s).abs() - 0.5 * boxes[:, B["w"], None]
-        inside = lb[:, None] & rb[None, :] & (out_u < p.radar_gate_m) & (out_v < p.radar_gate_m)
-        b2r, _ = greedy_assign(torch.where(inside, dist, math.inf))
-        matched = b2r >= 0
-        r = radar[b2r.clamp(min=0)]
-        s_l, s_r = boxes[:, B["score"]], r[:, RO["score"]]
-        lidar_rows = torch.stack((
-            *boxes[:, :7].unbind(1),
-            torch.where(matched, 1 - (1 - s_l) * (1 - 0.5 * s_r), s_l),
-            class_prior(boxes[:, B["l"]], boxes[:, B["w"]]),
-            torch.where(matched, r[:, RO["vr"]], 0.0),
-            matched.float(),
-            SRC_LIDAR + SRC_RADAR * matched.float()), dim=1)
-        # Radar-only: valid clusters no LiDAR box claims or encloses (a truck's second cluster is absorbed).
-        alone = rb & ~inside.any(dim=0)
-        one = torch.ones_like(radar[:, 0])
-        radar_rows = torch.stack((
-            radar[:, RO["x"]], radar[:, RO["y"]], one * (h_def[2] / 2), one * h_def[0], one * h_def[1],
-            one * h_def[2], torch.zeros_like(one), p.radar_only_score * radar[:, RO["score"]],
-            one * CAR, radar[:, RO["vr"]], one, one * SRC_RADAR), dim=1)
-        rows, n = compact(torch.cat((lidar_rows, radar_rows)), torch.cat((lb, alone)))
-        lr_objects.copy_(rows)
-        lr_count.copy_(n.view(1))
+    def fuse(boxes: Tensor, box_count: Tensor, radar: Tensor, radar_count: Tensor,
+             lr_objects: Tensor, lr_count: Tensor) -> None:
+        _fuse_lidar_radar(boxes, box_count, radar, radar_count, lr_objects, lr_count, *knobs)
 
     return Op("fuse_lidar_radar", fuse, (boxes_s, nbox_s, radar_s, nradar_s), (obj_s, nobj_s),
               capturable=device.startswith("cuda"), cost_us=400.0)
 
 
-def project_boxes(objects: torch.Tensor, rot: torch.Tensor, trans: torch.Tensor, cam: CameraModel,
-                  near_m: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Image boxes (N, 4: u1, v1, u2, v2) of fused objects and whether each is (partly) in view."""
-    corners = box_corners(objects[:, F["x"]:F["z"] + 1], objects[:, F["l"]:F["h"] + 1], objects[:, F["yaw"]])
+def project_boxes(objects: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: float, cx: float, cy: float,
+                  width: int, height: int, near_m: float) -> tuple[Tensor, Tensor]:
+    """Image boxes (N, 4: u1, v1, u2, v2) of fused objects and whether each is (partly) in view.
+
+    ``rot``, ``trans``: base_link -> optical frame; fx .. height: the pinhole (``CameraModel``).
+    """
+    corners = box_corners(objects[:, 0:3], objects[:, 3:6], objects[:, 6])    # x y z, l w h, yaw
     opt = corners @ rot.T + trans                                            # (N, 8, 3) optical frame
     z = opt[..., 2]
     in_front = (z > near_m).all(dim=-1)
     zc = z.clamp(min=near_m)
-    u = cam.fx * opt[..., 0] / zc + cam.cx
-    v = cam.fy * opt[..., 1] / zc + cam.cy
-    box = torch.stack((u.amin(-1).clamp(0, cam.width), v.amin(-1).clamp(0, cam.height),
-                       u.amax(-1).clamp(0, cam.width), v.amax(-1).clamp(0, cam.height)), dim=1)
+    u = fx * opt[..., 0] / zc + cx
+    v = fy * opt[..., 1] / zc + cy
+    box = torch.stack([u.amin(-1).clamp(0, width), v.amin(-1).clamp(0, height),
+                       u.amax(-1).clamp(0, width), v.amax(-1).clamp(0, height)], dim=1)
     visible = in_front & (box[:, 2] > box[:, 0]) & (box[:, 3] > box[:, 1])
     return box, visible
 
 
-def iou(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _area(x: Tensor) -> Tensor:
+    return (x[:, 2:] - x[:, :2]).clamp(min=0).prod(-1)
+
+
+def iou(a: Tensor, b: Tensor) -> Tensor:
     """Pairwise IoU (N, M) of axis-aligned boxes (u1, v1, u2, v2)."""
     lo = torch.maximum(a[:, None, :2], b[None, :, :2])
     hi = torch.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = (hi - lo).clamp(min=0).prod(-1)
-    area = lambda x: (x[:, 2:] - x[:, :2]).clamp(min=0).prod(-1)  # noqa: E731
-    return inter / (area(a)[:, None] + area(b)[None, :] - inter).clamp(min=1e-6)
+    return inter / (_area(a)[:, None] + _area(b)[None, :] - inter).clamp(min=1e-6)
+
+
+@kernel
+def _fuse_camera(objects: Tensor, count: Tensor, cam_boxes: Tensor, cam_count: Tensor, fused: Tensor,
+                 fused_count: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: float, cx: float, cy: float,
+                 width: int, height: int, near_m: float, iou_gate: float, miss_scale: float) -> None:
+    """``fuse_camera``'s body: projected boxes matched to camera boxes by IoU confirm or discount objects."""
+    score, cls, src = 7, 8, 11   # FUSED_COLS
+    valid = valid_mask(count, objects.shape[0])
+    cvalid = valid_mask(cam_count, cam_boxes.shape[0])
+    box, visible = project_boxes(objects, rot, trans, fx, fy, cx, cy, width, height, near_m)
+    overlap = iou(box, cam_boxes[:, :4])
+    ok = (valid & visible)[:, None] & cvalid[None, :] & (overlap >= iou_gate)
+    o2c, _ = greedy_assign(torch.where(ok, 1.0 - overlap, math.inf))
+    hit = o2c >= 0
+    c = cam_boxes[o2c.clamp(min=0)]
+    s = objects[:, score]
+    missed = valid & visible & ~hit & (cam_count.reshape(()) > 0)
+    fused.copy_(objects)
+    fused[:, score] = torch.where(hit, 1 - (1 - s) * (1 - c[:, 4]), torch.where(missed, s * miss_scale, s))
+    fused[:, cls] = torch.where(hit, c[:, 5], objects[:, cls])   # CAM_COLS: score 4, cls 5
+    fused[:, src] += 4 * hit.float()                             # SRC_CAMERA
+    fused_count.copy_(count)
 
 
 def _camera_op(p: FusionParams, device: str) -> Op:
@@ -144,25 +194,12 @@ def _camera_op(p: FusionParams, device: str) -> Op:
     dev = torch.device(device)
     rot = torch.tensor(r, dtype=torch.float32, device=dev)
     trans = torch.tensor(t, dtype=torch.float32, device=dev)
+    knobs = (float(cam.fx), float(cam.fy), float(cam.cx), float(cam.cy), int(cam.width), int(cam.height),
+             float(p.near_m), float(p.iou_gate), float(p.camera_miss_scale))
 
-    def fuse(objects: torch.Tensor, count: torch.Tensor, cam_boxes: torch.Tensor, cam_count: torch.Tensor,
-             fused: torch.Tensor, fused_count: torch.Tensor) -> None:
-        valid = valid_mask(count, objects.shape[0])
-        cvalid = valid_mask(cam_count, cam_boxes.shape[0])
-        box, visible = project_boxes(objects, rot, trans, cam, p.near_m)
-        overlap = iou(box, cam_boxes[:, :4])
-        ok = (valid & visible)[:, None] & cvalid[None, :] & (overlap >= p.iou_gate)
-        o2c, _ = greedy_assign(torch.where(ok, 1.0 - overlap, math.inf))
-        hit = o2c >= 0
-        c = cam_boxes[o2c.clamp(min=0)]
-        s = objects[:, F["score"]]
-        missed = valid & visible & ~hit & (cam_count.reshape(()) > 0)
-        fused.copy_(objects)
-        fused[:, F["score"]] = torch.where(hit, 1 - (1 - s) * (1 - c[:, CAM["score"]]),
-                                           torch.where(missed, s * p.camera_miss_scale, s))
-        fused[:, F["cls"]] = torch.where(hit, c[:, CAM["cls"]], objects[:, F["cls"]])
-        fused[:, F["src"]] += SRC_CAMERA * hit.float()
-        fused_count.copy_(count)
+    def fuse(objects: Tensor, count: Tensor, cam_boxes: Tensor, cam_count: Tensor,
+             fused: Tensor, fused_count: Tensor) -> None:
+        _fuse_camera(objects, count, cam_boxes, cam_count, fused, fused_count, rot, trans, *knobs)
 
     return Op("fuse_camera", fuse, (obj_s, nobj_s, cam_s, ncam_s), (fused_s, nfused_s),
               capturable=device.startswith("cuda"), cost_us=400.0)
