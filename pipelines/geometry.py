@@ -136,13 +136,14 @@ def hungarian_assign(cost: torch.Tensor) -> torch.Tensor:
 def compact(rows: torch.Tensor, keep: torch.Tensor,
             key: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Kept rows first (by ``key``, then index; stable), the rest zeroed; returns (rows, count)."""
-    k = (~keep).to(torch.int64) if key is None else torch.where(keep, key, torch.iinfo(torch.int64).max)
+    # int64's max as a literal: torch.iinfo is not TorchScript (a kernel calls this)
+    k = (~keep).to(torch.int64) if key is None else torch.where(keep, key, 9223372036854775807)
     order = torch.sort(k, stable=True).indices
     n = keep.sum()
     out = rows[order]
     live = torch.arange(rows.shape[0], device=rows.device) < n
     # where, not a product: rows past a count may hold anything, NaN included
-    return torch.where(live.reshape(-1, *([1] * (rows.dim() - 1))), out, torch.zeros_like(out)), n
+    return torch.where(live.reshape([-1] + [1] * (rows.dim() - 1)), out, torch.zeros_like(out)), n
 
 
 # ---- polylines (reference lines) ----------------------------------------------------------------
