@@ -23,17 +23,23 @@ the frame is scaled by one factor to fit
 the net's input (an area average, ``adaptive_avg_pool2d`` into a planned buffer), centred, the rest
 padded with the mean grey (0 once normalised), so nothing is stretched or cut; ``camera_decode``
 then maps the boxes back into the source frame's pixels (``Letterbox``).
+
+Each op is one call into TorchScript (``rt_runtime.exec.kernel``; the net scripted whole, ``compile_net``),
+so its work runs in C++ off the GIL and camera jobs on parallel replay workers compute side by side.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import warnings
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from rt_runtime import Graph, Op, TensorSpec
+from rt_runtime.exec import kernel
 from pipelines import schema
 from pipelines.geometry import compact
 from pipelines.lidar import on_device
@@ -43,6 +49,7 @@ NUM_CLASSES = len(schema.CLASSES)
 HEAD_CHANNELS = NUM_CLASSES + 4  # heatmap logits, log w, log h, offset u, offset v
 MEAN = (0.45, 0.45, 0.45)
 STD = (0.25, 0.25, 0.25)
+BOX_OVERLAP = 0.6   # IoU above which a box is the same object as a better-scored one
 
 
 def _conv(cin: int, cout: int, stride: int = 1) -> nn.Sequential:
@@ -131,8 +138,20 @@ def load_net(path: str | None, device: str = "cpu") -> CenterNet:
     return net.to(device).eval()
 
 
-def preprocess_into(image: torch.Tensor, out: torch.Tensor, block: torch.Tensor, k: int,
-                    mean: torch.Tensor, inv_std: torch.Tensor, rows: torch.Tensor) -> None:
+def compile_net(net: nn.Module) -> nn.Module:
+    """``net`` scripted by TorchScript: its whole forward one C++ call that runs off the GIL (the same aten
+    kernels in the same order, so the same bits; no freezing or fusion passes, which could change them);
+    ``net`` itself under ``RT_RUNTIME_EAGER_KERNELS=1``, as ``rt_runtime.exec.kernel`` does for functions."""
+    if os.environ.get("RT_RUNTIME_EAGER_KERNELS", "") not in ("", "0"):
+        return net
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # a deliberate choice, as in exec/kernel.py
+        return torch.jit.script(net)
+
+
+@kernel
+def preprocess_into(image: Tensor, out: Tensor, block: Tensor, k: int, mean: Tensor, inv_std: Tensor,
+                    rows: Tensor) -> None:
     """uint8 (H, W, 3) → normalised float (1, 3, H/k, W/k) in ``out``, via ``block`` (H/k, W/k, 3) and
     ``rows`` (H/k, W, 3): the k x k block means as k row adds then k column adds of contiguous rows
     (0.8 ms for 640x384, k = 4, against 4.0 ms for one strided ``torch.mean`` over the (h, k, w, k, 3) view,
@@ -154,31 +173,39 @@ def preprocess_into(image: torch.Tensor, out: torch.Tensor, block: torch.Tensor,
     hwc.mul_(inv_std)
 
 
-def letterbox_into(image: torch.Tensor, out: torch.Tensor, frame: torch.Tensor, region: torch.Tensor, lb: Letterbox,
-                   mean: torch.Tensor, inv_std: torch.Tensor) -> None:
-    """uint8 (H, W, 3) of any size -> normalised float (1, 3, h, w) in ``out``, letterboxed (``Letterbox``),
-    via ``frame`` (3, H, W) and ``region`` (3, rh, rw) float buffers."""
-    (rw, rh), (ox, oy) = lb.size, lb.offset
+@kernel
+def letterbox_into(image: Tensor, out: Tensor, frame: Tensor, region: Tensor, rw: int, rh: int, ox: int, oy: int,
+                   mean: Tensor, inv_std: Tensor) -> None:
+    """uint8 (H, W, 3) of any size -> normalised float (1, 3, h, w) in ``out``, letterboxed: scaled to ``rw`` x ``rh``
+    at column ``ox``, row ``oy`` (``Letterbox.size``, ``.offset``), via ``frame`` (3, H, W) and ``region`` (3, rh, rw)
+    float buffers."""
     frame.copy_(image.permute(2, 0, 1))
-    torch.ops.aten.adaptive_avg_pool2d.out(frame, [rh, rw], out=region)   # the area average of each input pixel
+    torch.ops.aten.adaptive_avg_pool2d(frame, [rh, rw], out=region)   # the area average of each input pixel
     region.sub_(mean.view(3, 1, 1)).mul_(inv_std.view(3, 1, 1))
     out.zero_()   # the padding: the mean grey, 0 once normalised
     out[0, :, oy:oy + rh, ox:ox + rw].copy_(region)
 
 
 def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, scale: float | tuple[float, float],
-                threshold: float, offset: tuple[float, float] = (0.0, 0.0), overlap: float = 0.6) -> None:
+                threshold: float, offset: tuple[float, float] = (0.0, 0.0), overlap: float = BOX_OVERLAP) -> None:
     """CenterNet decoding: 3x3 max-pool peaks, top-k over classes and cells, boxes in frame pixels
     (``cell * scale - offset`` per axis: a letterboxed frame's boxes land in its source pixels), class-agnostic
     suppression of boxes overlapping a better one by more than ``overlap`` (IoU)."""
     su, sv = scale if isinstance(scale, tuple) else (scale, scale)
-    ou, ov = offset
-    heat = torch.sigmoid(maps[0, :NUM_CLASSES])
-    hh, ww = heat.shape[-2:]
+    _decode(maps, boxes, count, NUM_CLASSES, float(su), float(sv), float(offset[0]), float(offset[1]),
+            float(threshold), float(overlap))
+
+
+@kernel
+def _decode(maps: Tensor, boxes: Tensor, count: Tensor, num_classes: int, su: float, sv: float, ou: float,
+            ov: float, threshold: float, overlap: float) -> None:
+    """``decode_into``'s body: the first ``num_classes`` maps are heatmap logits, the next 4 the box regression."""
+    heat = torch.sigmoid(maps[0, :num_classes])
+    hh, ww = heat.shape[-2], heat.shape[-1]
     peak = heat * (F.max_pool2d(heat[None], 3, 1, 1)[0] == heat)
     score, idx = torch.topk(peak.view(-1), boxes.shape[0])
     cls, cell = idx // (hh * ww), idx % (hh * ww)
-    reg = maps[0, NUM_CLASSES:].reshape(4, -1)[:, cell]              # (4, K): log w, log h, du, dv
+    reg = maps[0, num_classes:].reshape(4, -1)[:, cell]              # (4, K): log w, log h, du, dv
     cu = (cell % ww).float() + 0.5 + reg[2]
     cv = (cell // ww).float() + 0.5 + reg[3]
     half_w, half_h = reg[0].exp() / 2, reg[1].exp() / 2
@@ -217,7 +244,7 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
     count_spec = on_device(schema.count("camera_box_count"), device)
     mean = torch.tensor(MEAN, device=device) * 255
     inv_std = 1.0 / (torch.tensor(STD, device=device) * 255)
-    net = load_net(p.weights, device)
+    net = compile_net(load_net(p.weights, device))
 
     def preprocess(image: torch.Tensor, x: torch.Tensor, block: torch.Tensor, rows: torch.Tensor) -> None:
         preprocess_into(image, x, block, k, mean, inv_std, rows)
@@ -227,10 +254,10 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
             maps.copy_(net(x))  # conv has no out=: one copy of the (small) head maps into the planned view
 
     def letterbox(image: torch.Tensor, x: torch.Tensor, frame: torch.Tensor, region: torch.Tensor) -> None:
-        letterbox_into(image, x, frame, region, lb, mean, inv_std)
+        letterbox_into(image, x, frame, region, rw, rh, ox, oy, mean, inv_std)
 
     if lb is None:
-        scale, offset = float(k * CenterNet.stride), (0.0, 0.0)
+        scale, offset = (float(k * CenterNet.stride),) * 2, (0.0, 0.0)
         first = Op("camera_preprocess", preprocess, (img,), (x_spec,), workspace=(block_spec, rows_spec),
                    capturable=True, cost_us=500)
     else:   # output cells -> input pixels (x stride) -> source pixels (Letterbox.to_source, per axis)
@@ -242,8 +269,11 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
         first = Op("camera_preprocess", letterbox, (img,), (x_spec,), workspace=(frame_spec, region_spec),
                    capturable=True, cost_us=500 + src_w * src_h // 500)
 
+    # decode_into's arguments resolved once, as its kernel takes them: the op calls the kernel directly
+    at = (NUM_CLASSES, *scale, *offset, float(p.score_threshold), BOX_OVERLAP)
+
     def decode(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor) -> None:
-        decode_into(maps, boxes, count, scale, p.score_threshold, offset)
+        _decode(maps, boxes, count, *at)
 
     ops = [
         first,

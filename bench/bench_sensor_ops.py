@@ -1,0 +1,163 @@
+"""The camera and radar ops on recorded data: each op's median time per job, before/after, and bit-equality.
+
+Every camera frame and radar scan of the built-in scenario's bag (``rt_runtime.replay.defaults.default_bag``),
+decoded as the replay's ingress does, through ``build_camera_graph`` (the plain 640x384 graph, and the
+letterboxing one on the same frames enlarged to 1280x720 by nearest neighbour) and ``build_radar_graph``
+(config/stack.yaml's mount). Per op, the median of ``GraphExecutor``'s own op start/end stamps over
+``--passes`` passes over all jobs, one torch thread (what a runtime worker uses). With ``--baseline DIR``
+(another checkout) its ``pipelines/camera.py`` and ``radar.py`` run too, taking turns with these job by
+job (a before/after under the same load), and every job's outputs and planned views must be bit-identical.
+``--scaling`` adds, per graph and checkout, the throughput of two executors on two threads over the same
+jobs against one executor doing both shares alone (1.0: no gain from the second thread; 2.0: linear).
+
+Run: ``PYTHONPATH=. python bench/bench_sensor_ops.py [--passes N] [--baseline DIR] [--scaling]``
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
+
+from bench.bench_hot_ops import anchor_ms, baseline_module  # noqa: E402
+from pipelines.camera import build_camera_graph  # noqa: E402
+from pipelines.radar import build_radar_graph  # noqa: E402
+from rt_runtime.bag import open_bag  # noqa: E402
+from rt_runtime.config.stack import load_stack  # noqa: E402
+from rt_runtime.exec import GraphExecutor  # noqa: E402
+from rt_runtime.io.ingress import INGRESS_CODECS  # noqa: E402
+from rt_runtime.replay.defaults import default_bag, default_config  # noqa: E402
+
+Feeds = list[dict[str, torch.Tensor]]
+LETTERBOX = (1280, 720)   # a common camera size, not the net's aspect: letterboxed
+
+
+def bag_feeds(bag: Path, topic: str, codec: str, name: str) -> Feeds:
+    """Every message of ``topic`` as the ingress decodes it, as the graph input ``name``."""
+    c = INGRESS_CODECS[codec]
+    with open_bag(bag) as r:
+        return [{name: torch.from_numpy(np.array(c.decode(r.decode(m), topic)))} for m in r.messages([topic])]
+
+
+def enlarged(frames: Feeds, width: int, height: int) -> Feeds:
+    """The frames resized to ``width`` x ``height`` by nearest neighbour (row and column indices)."""
+    out = []
+    for f in frames:
+        img = f["image"]
+        rows = torch.arange(height) * img.shape[0] // height
+        cols = torch.arange(width) * img.shape[1] // width
+        out.append({"image": img[rows][:, cols].contiguous()})
+    return out
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes, dtypes and bytes (NaN equal to the same NaN)."""
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(-1).view(torch.uint8),
+                                                                      b.view(-1).view(torch.uint8))
+
+
+def op_times(exs: dict[str, GraphExecutor], feeds: Feeds, passes: int) -> tuple[dict[str, dict[str, float]], int]:
+    """Median ms per op of each executor over ``passes`` passes (after a warm-up pass), taking turns job by
+    job; and the number of jobs whose outputs and planned views differ between the executors."""
+    names = {k: [o.name for o in ex.graph.ops] for k, ex in exs.items()}
+    samples: dict[str, dict[str, list[float]]] = {k: {n: [] for n in ns} for k, ns in names.items()}
+    differ = 0
+    for p in range(passes + 1):
+        for inputs in feeds:
+            seen: list[dict[str, torch.Tensor]] = []
+            for k, ex in exs.items():
+                ex.run(inputs)
+                seen.append({**{n: v.clone() for n, v in ex.views.items()},
+                             **{f"out:{n}": v.clone() for n, v in ex.outputs.items()}})
+                if p:
+                    for i, n in enumerate(names[k]):
+                        samples[k][n].append((ex.op_end_ns[i] - ex.op_start_ns[i]) / 1e6)
+            ref = seen[0]
+            differ += any(set(s) != set(ref) or not all(same_bits(ref[n], s[n]) for n in ref) for s in seen[1:])
+    return {k: {n: statistics.median(v) for n, v in ops.items()} for k, ops in samples.items()}, differ
+
+
+def scaling(build: Callable[[], Any], feeds: Feeds) -> float:
+    """Throughput of two executors on two threads over ``feeds`` against one executor running both shares."""
+    exs = [GraphExecutor(build()) for _ in range(2)]
+    for ex in exs:
+        for inputs in feeds[:2]:   # compile and optimise (TorchScript's second call) outside the clock
+            ex.run(inputs)
+
+    def work(ex: GraphExecutor) -> None:
+        for inputs in feeds:
+            ex.run(inputs)
+
+    t0 = time.perf_counter()
+    work(exs[0])
+    work(exs[0])
+    one = time.perf_counter() - t0
+    threads = [threading.Thread(target=work, args=(ex,)) for ex in exs]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return one / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--passes", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, help="another checkout whose pipelines/camera.py and radar.py run "
+                    "interleaved with these, for a before/after in one run and a bit-equality check")
+    ap.add_argument("--scaling", action="store_true", help="also measure two threads against one")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    bag = default_bag()
+    cfg = load_stack(default_config())
+    mount = tuple(cfg.entries["radar_objects"].get("args", {}).get("mount", (0.0, 0.0, 0.0)))
+    builders = {"this": (build_camera_graph, build_radar_graph)}
+    if args.baseline:
+        base = (baseline_module(args.baseline, "camera"), baseline_module(args.baseline, "radar"))
+        builders = {"baseline": (base[0].build_camera_graph, base[1].build_radar_graph), **builders}
+    frames = bag_feeds(bag, "/sensing/camera/image_raw", "image_rgb", "image")
+    big = enlarged(frames, *LETTERBOX)
+    scans = bag_feeds(bag, "/sensing/radar/points", "radar_points", "radar")
+    lb_args = {"source_width": LETTERBOX[0], "source_height": LETTERBOX[1]}
+    graphs: dict[str, tuple[dict[str, Callable[[], Any]], Feeds]] = {
+        "camera": ({k: (lambda b=b: b[0]()) for k, b in builders.items()}, frames),
+        "cam_lbox": ({k: (lambda b=b: b[0](**lb_args)) for k, b in builders.items()}, big),
+        "radar": ({k: (lambda b=b: b[1](mount=mount)) for k, b in builders.items()}, scans),
+    }
+    a0 = anchor_ms()
+    results = {}
+    for graph, (makers, feeds) in graphs.items():
+        results[graph] = op_times({k: GraphExecutor(m()) for k, m in makers.items()}, feeds, args.passes)
+    a1 = anchor_ms()
+    keys = list(builders)
+    print(f"torch {torch.__version__}, 1 thread; bag {bag.name}: {len(frames)} frames (letterboxed: "
+          f"{LETTERBOX[0]}x{LETTERBOX[1]}), {len(scans)} radar scans, {args.passes} passes; medians per job")
+    print(f"anchor (sort 1M + matmul 512): {a0:.2f} ms before, {a1:.2f} ms after")
+    print(f"{'graph':<9} {'op':<18}" + "".join(f"{k + ' ms':>14}" for k in keys)
+          + (f"{'ratio':>8}" if len(keys) > 1 else ""))
+    for graph, (times, differ) in results.items():
+        rows = [*times[keys[-1]], "(sum)"]
+        for op in rows:
+            t = [sum(times[k].values()) if op == "(sum)" else times[k][op] for k in keys]
+            print(f"{graph:<9} {op:<18}" + "".join(f"{v:>14.3f}" for v in t)
+                  + (f"{t[0] / t[-1]:>7.2f}x" if len(keys) > 1 else ""))
+        if len(keys) > 1:
+            print(f"{graph:<9} jobs whose outputs or views differ from the baseline: {differ} "
+                  f"of {len(graphs[graph][1]) * (args.passes + 1)}")
+    if args.scaling:
+        print("two threads vs one (throughput; 2 executors, each over every job):")
+        for graph, (makers, feeds) in graphs.items():
+            print(f"{graph:<9}" + "".join(f"{k:>10} {scaling(m, feeds):.2f}x" for k, m in makers.items()))
+
+
+if __name__ == "__main__":
+    main()
