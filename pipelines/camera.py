@@ -24,14 +24,12 @@ the net's input (an area average, ``adaptive_avg_pool2d`` into a planned buffer)
 padded with the mean grey (0 once normalised), so nothing is stretched or cut; ``camera_decode``
 then maps the boxes back into the source frame's pixels (``Letterbox``).
 
-Each op is one call into TorchScript (``rt_runtime.exec.kernel``; the net scripted whole, ``compile_net``),
+Each op is one call into TorchScript (``rt_runtime.exec.kernel``; the net scripted whole, ``script_module``),
 so its work runs in C++ off the GIL and camera jobs on parallel replay workers compute side by side.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
-import warnings
 from pathlib import Path
 
 import torch
@@ -39,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rt_runtime import Graph, Op, TensorSpec
-from rt_runtime.exec import kernel
+from rt_runtime.exec import kernel, script_module
 from pipelines import schema
 from pipelines.geometry import compact
 from pipelines.lidar import on_device
@@ -138,17 +136,6 @@ def load_net(path: str | None, device: str = "cpu") -> CenterNet:
     return net.to(device).eval()
 
 
-def compile_net(net: nn.Module) -> nn.Module:
-    """``net`` scripted by TorchScript: its whole forward one C++ call that runs off the GIL (the same aten
-    kernels in the same order, so the same bits; no freezing or fusion passes, which could change them);
-    ``net`` itself under ``RT_RUNTIME_EAGER_KERNELS=1``, as ``rt_runtime.exec.kernel`` does for functions."""
-    if os.environ.get("RT_RUNTIME_EAGER_KERNELS", "") not in ("", "0"):
-        return net
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)   # a deliberate choice, as in exec/kernel.py
-        return torch.jit.script(net)
-
-
 @kernel
 def preprocess_into(image: Tensor, out: Tensor, block: Tensor, k: int, mean: Tensor, inv_std: Tensor,
                     rows: Tensor) -> None:
@@ -244,7 +231,7 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
     count_spec = on_device(schema.count("camera_box_count"), device)
     mean = torch.tensor(MEAN, device=device) * 255
     inv_std = 1.0 / (torch.tensor(STD, device=device) * 255)
-    net = compile_net(load_net(p.weights, device))
+    net = script_module(load_net(p.weights, device))
 
     def preprocess(image: torch.Tensor, x: torch.Tensor, block: torch.Tensor, rows: torch.Tensor) -> None:
         preprocess_into(image, x, block, k, mean, inv_std, rows)

@@ -30,6 +30,27 @@ import torch
 _LOCK = threading.Lock()   # TorchScript's compiler is not meant to be entered by two threads at once
 
 
+def eager() -> bool:
+    """True under ``RT_RUNTIME_EAGER_KERNELS=1``: kernels and scripted modules run as plain Python."""
+    return os.environ.get("RT_RUNTIME_EAGER_KERNELS", "") not in ("", "0")
+
+
+def _script(obj: Any) -> Any:
+    with _LOCK, warnings.catch_warnings():
+        # torch marks TorchScript deprecated for torch.compile, which took 55 s to compile a toy kernel
+        # here and needs a C++ toolchain at run time (docs/BENCHMARKS.md, "Kernels"): a deliberate
+        # choice, not news per call.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.script(obj)
+
+
+def script_module(module: torch.nn.Module) -> torch.nn.Module:
+    """``module`` scripted by TorchScript (its whole forward one C++ call off the GIL, the same aten
+    kernels in the same order: no freezing or fusion passes, which could change the bits); the module
+    itself under ``RT_RUNTIME_EAGER_KERNELS=1``."""
+    return module if eager() else _script(module)
+
+
 class KernelError(RuntimeError):
     """A kernel's body is not valid TorchScript: one line naming the function and the first problem."""
 
@@ -40,27 +61,22 @@ class Kernel:
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.py = fn
         self.compiled: Callable[..., Any] | None = None
-        self.eager = os.environ.get("RT_RUNTIME_EAGER_KERNELS", "") not in ("", "0")
+        self.eager = eager()
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def compile(self) -> Callable[..., Any]:
         """Compile now (idempotent); raises KernelError with one line if the body is not TorchScript."""
-        with _LOCK:
-            if self.compiled is None:
-                if self.eager:
-                    self.compiled = self.py
-                else:
-                    try:
-                        with warnings.catch_warnings():
-                            # torch marks TorchScript deprecated for torch.compile, which took 55 s to
-                            # compile a toy kernel here and needs a C++ toolchain at run time
-                            # (docs/BENCHMARKS.md, "Kernels"): a deliberate choice, not news per call.
-                            warnings.simplefilter("ignore", DeprecationWarning)
-                            self.compiled = torch.jit.script(self.py)
-                    except Exception as e:   # TorchScript's errors span many lines, with source excerpts
-                        first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-                        raise KernelError(f"kernel {self.py.__module__}.{self.py.__qualname__}: not valid "
-                                          f"TorchScript: {first}") from None
+        if self.compiled is None:
+            if self.eager:
+                self.compiled = self.py
+            else:
+                try:
+                    compiled = _script(self.py)
+                except Exception as e:   # TorchScript's errors span many lines, with source excerpts
+                    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+                    raise KernelError(f"kernel {self.py.__module__}.{self.py.__qualname__}: not valid "
+                                      f"TorchScript: {first}") from None
+                self.compiled = compiled
         return self.compiled
 
     def __call__(self, *args: Any) -> Any:
