@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crunch-limit", type=int, default=None, help="use this prime-count limit instead of calibrating")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO and pinning where the OS permits")
+    ap.add_argument("--steal", action="store_true", help="work-conserving dispatch: an idle worker takes waiting jobs")
     a = ap.parse_args(argv)
     if not (0 < a.duration <= 86400):
         print("run.py: --duration must be in (0, 86400] seconds", file=sys.stderr)
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"run.py: {e}", file=sys.stderr)
         return 2
-    out = system.run(a.duration, limit, workers=a.workers, realtime=a.realtime)
+    out = system.run(a.duration, limit, workers=a.workers, realtime=a.realtime, steal=a.steal)
     out["crunch_limit"] = limit
     if a.json:
         print(json.dumps(out))

@@ -355,7 +355,7 @@ def build(limit: int, *, hop_ms: int = 20, front_chain_ms: int = 50, rear_chain_
     return bindings, chains, logic
 
 
-def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False) -> dict:
+def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False, steal: bool = False) -> dict:
     """Run the system on the WallClock for ``duration_s``; returns the KPIs and the runtime's counters."""
     from rt_runtime.sched import Runtime, WallClock
 
@@ -374,7 +374,7 @@ def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = Fal
                 publish_lat.append((time.monotonic_ns() - root) / 1e6)
 
     rt = Runtime(bindings, clock=WallClock(), workers=workers, threaded=True, realtime=realtime,
-                 chains=chains, egress=egress)
+                 chains=chains, egress=egress, steal=steal)
     try:
         rt.run_until(int(duration_s * 1e9))
     finally:
