@@ -1,5 +1,8 @@
 """Parallel commit (`replay --parallel N`): the built-in scenario with 1 and 2 threads computing, side by side.
 
+Two more variants run the op bodies as Python (``RT_RUNTIME_EAGER_KERNELS=1``: the stack before
+its TorchScript kernels, ``exec/kernel.py``), the anchor for what the kernels buy.
+
 Each replay runs in its own process (peak RSS is a per-process high-water mark), the variants
 interleaved, ``RUNS`` rounds; the table has medians. The anchor, in the same run: the serial driver
 (``parallel=0``: each op runs where the virtual clock books it, the replay loop before parallel
@@ -24,7 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 3 if not os.environ.get("BENCH_QUICK") else 1
-VARIANTS = (("serial driver (anchor)", 0), ("--parallel 1", 1), ("--parallel 2", 2))
+# (label, parallel, op bodies as Python: RT_RUNTIME_EAGER_KERNELS=1, the stack before its kernels)
+VARIANTS = (("serial driver (anchor)", 0, False), ("--parallel 1", 1, False), ("--parallel 2", 2, False),
+            ("-p1, Python op bodies", 1, True), ("-p2, Python op bodies", 2, True))
 
 CHILD = r"""
 import json, resource, sys
@@ -40,10 +45,11 @@ print(json.dumps({"wall_s": r.wall_s, "speedup": r.speedup, "share": r.runtime_s
 """
 
 
-def run(parallel: int) -> dict:
+def run(parallel: int, eager: bool) -> dict:
     """One replay in a fresh process; its JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RT_RUNTIME_EAGER_KERNELS": "1" if eager else "0"}
     p = subprocess.run([sys.executable, "-c", CHILD, str(parallel)], capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=900)
+                       env=env, timeout=900)
     if p.returncode != 0:
         raise SystemExit(f"bench_parallel: the replay with parallel={parallel} failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -53,20 +59,20 @@ def main() -> None:
     from rt_runtime.replay.defaults import default_bag
 
     default_bag()   # generate the scenario once, outside the measured runs
-    results: dict[int, list[dict]] = {n: [] for _, n in VARIANTS}
+    results: dict[str, list[dict]] = {label: [] for label, _, _ in VARIANTS}
     for _ in range(RUNS):
-        for _, n in VARIANTS:
-            results[n].append(run(n))
+        for label, n, eager in VARIANTS:
+            results[label].append(run(n, eager))
     med = statistics.median
-    one = med(r["wall_s"] for r in results[1])
+    one = med(r["wall_s"] for r in results["--parallel 1"])
     digests = {r["digest"] for rs in results.values() for r in rs}
-    r0 = results[0][0]
+    r0 = results[VARIANTS[0][0]][0]
     print(f"built-in scenario ({r0['duration_s']:.1f} s of bag), {os.cpu_count()} cores; {RUNS} rounds, "
           f"variants interleaved, medians; one digest over all runs: {len(digests) == 1}")
     print(f"{'variant':<24} {'wall s':>7} {'x real':>7} {'vs -p1':>7} {'share':>7} {'ops cpu s':>9} "
           f"{'runtime cpu s':>13} {'driver waited s':>15} {'peak RSS MB':>11} {'clean':>6}")
-    for label, n in VARIANTS:
-        rs = results[n]
+    for label, _, _ in VARIANTS:
+        rs = results[label]
         wall = med(r["wall_s"] for r in rs)
         print(f"{label:<24} {wall:>7.2f} {med(r['speedup'] for r in rs):>6.2f}x {one / wall:>6.2f}x "
               f"{med(r['share'] for r in rs) * 100:>6.1f}% {med(r['exec_s'] for r in rs):>9.2f} "
