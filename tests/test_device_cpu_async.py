@@ -10,35 +10,22 @@ import threading
 import pytest
 import torch
 
+from async_twin import gated_fill, twin  # noqa: F401,F811 - twin is a fixture
 from rt_runtime.device.base import device_for
 from rt_runtime.device.cpu_async import AsyncEvent, CpuAsyncDevice, DeviceError
 
 pytestmark = pytest.mark.timeout(30)
 
 
-@pytest.fixture
-def dev():
-    d = device_for("cpu-async")
-    yield d
-    d.close()
+def test_device_for_names_the_twin(twin):
+    assert isinstance(twin, CpuAsyncDevice) and twin.name == "cpu-async" and twin.kind == "cpu-async"
 
 
-def _gated_fill(gate: threading.Event, dst: torch.Tensor, value: float):
-    def fill() -> None:
-        gate.wait(10)
-        dst.fill_(value)
-    return fill
-
-
-def test_device_for_names_the_twin(dev):
-    assert isinstance(dev, CpuAsyncDevice) and dev.name == "cpu-async" and dev.kind == "cpu-async"
-
-
-def test_a_host_read_nobody_waited_for_sees_stale_bytes(dev):
-    s = dev.stream()
+def test_a_host_read_nobody_waited_for_sees_stale_bytes(twin):
+    s = twin.stream()
     x = torch.zeros(4)
-    gate, done = threading.Event(), dev.event()
-    dev.launch(s, _gated_fill(gate, x, 7.0))
+    gate, done = threading.Event(), twin.event()
+    twin.launch(s, gated_fill(gate, x, 7.0))
     done.record(s)
     assert not done.query()
     assert torch.equal(x, torch.zeros(4))       # launched, not run: the old bytes
@@ -47,14 +34,14 @@ def test_a_host_read_nobody_waited_for_sees_stale_bytes(dev):
     assert done.query() and torch.equal(x, torch.full((4,), 7.0))
 
 
-def test_a_stream_wait_orders_a_consumer_after_the_producer(dev):
-    producer, consumer = dev.stream(), dev.stream()
+def test_a_stream_wait_orders_a_consumer_after_the_producer(twin):
+    producer, consumer = twin.stream(), twin.stream()
     src, dst = torch.zeros(3), torch.full((3,), -1.0)
-    gate, written, copied = threading.Event(), dev.event(), dev.event()
-    dev.launch(producer, _gated_fill(gate, src, 5.0))
+    gate, written, copied = threading.Event(), twin.event(), twin.event()
+    twin.launch(producer, gated_fill(gate, src, 5.0))
     written.record(producer)
     written.wait(consumer)
-    dev.copy_(dst, src, stream=consumer)
+    twin.copy_(dst, src, stream=consumer)
     copied.record(consumer)
     assert not copied.query()                   # the consumer stalls behind the producer's marker
     gate.set()
@@ -62,81 +49,81 @@ def test_a_stream_wait_orders_a_consumer_after_the_producer(dev):
     assert torch.equal(dst, torch.full((3,), 5.0))
 
 
-def test_without_the_wait_the_consumer_copies_stale_bytes(dev):
-    producer, consumer = dev.stream(), dev.stream()
+def test_without_the_wait_the_consumer_copies_stale_bytes(twin):
+    producer, consumer = twin.stream(), twin.stream()
     src, dst = torch.zeros(3), torch.full((3,), -1.0)
-    gate, copied = threading.Event(), dev.event()
-    dev.launch(producer, _gated_fill(gate, src, 5.0))
-    dev.copy_(dst, src, stream=consumer)        # the missing wait
+    gate, copied = threading.Event(), twin.event()
+    twin.launch(producer, gated_fill(gate, src, 5.0))
+    twin.copy_(dst, src, stream=consumer)        # the missing wait
     copied.record(consumer)
     copied.synchronize()                        # completes although the producer has not run
     gate.set()
-    dev.synchronize()
+    twin.synchronize()
     assert torch.equal(dst, torch.zeros(3)) and torch.equal(src, torch.full((3,), 5.0))
 
 
-def test_a_wait_binds_to_the_record_made_before_it(dev):
-    producer, consumer = dev.stream(), dev.stream()
+def test_a_wait_binds_to_the_record_made_before_it(twin):
+    producer, consumer = twin.stream(), twin.stream()
     first, second = threading.Event(), threading.Event()
-    ev, after = dev.event(), dev.event()
+    ev, after = twin.event(), twin.event()
     order: list[str] = []
-    dev.launch(producer, lambda: (first.wait(10), order.append("p1")))
+    twin.launch(producer, lambda: (first.wait(10), order.append("p1")))
     ev.record(producer)
     ev.wait(consumer)                           # binds to the first record
-    dev.launch(producer, lambda: (second.wait(10), order.append("p2")))
+    twin.launch(producer, lambda: (second.wait(10), order.append("p2")))
     ev.record(producer)                         # re-recorded later: the consumer's wait is not moved
-    dev.launch(consumer, lambda: order.append("c"))
+    twin.launch(consumer, lambda: order.append("c"))
     after.record(consumer)
     first.set()
     after.synchronize()
     assert order == ["p1", "c"]
     second.set()
-    dev.synchronize()
+    twin.synchronize()
     assert order == ["p1", "c", "p2"]
 
 
-def test_work_on_one_stream_runs_in_launch_order(dev):
-    s = dev.stream()
+def test_work_on_one_stream_runs_in_launch_order(twin):
+    s = twin.stream()
     seen: list[int] = []
     for i in range(50):
-        dev.launch(s, seen.append, i)
-    dev.synchronize(s)
+        twin.launch(s, seen.append, i)
+    twin.synchronize(s)
     assert seen == list(range(50))
 
 
-def test_an_error_in_launched_work_is_sticky_and_raised_at_synchronize(dev):
-    s = dev.stream()
+def test_an_error_in_launched_work_is_sticky_and_raised_at_synchronize(twin):
+    s = twin.stream()
     ran: list[str] = []
 
     def boom() -> None:
         raise ValueError("bad kernel")
 
-    dev.launch(s, boom)                         # the launch itself does not raise
-    dev.launch(s, ran.append, "after")
-    ev = dev.event()
+    twin.launch(s, boom)                         # the launch itself does not raise
+    twin.launch(s, ran.append, "after")
+    ev = twin.event()
     ev.record(s)
     with pytest.raises(DeviceError, match="bad kernel"):
         ev.synchronize()
     assert ran == []                            # a faulted stream runs no further work
     with pytest.raises(DeviceError, match="bad kernel"):
-        dev.synchronize(s)
+        twin.synchronize(s)
 
 
-def test_events_time_the_work_between_them(dev):
-    s = dev.stream()
+def test_events_time_the_work_between_them(twin):
+    s = twin.stream()
     start, end = AsyncEvent(), AsyncEvent()
     start.record(s)
-    dev.launch(s, threading.Event().wait, 0.02)
+    twin.launch(s, threading.Event().wait, 0.02)
     end.record(s)
     end.synchronize()
     assert start.elapsed_ns(end) >= 15_000_000
 
 
-def test_an_event_never_recorded_counts_as_reached(dev):
-    ev = dev.event()
+def test_an_event_never_recorded_counts_as_reached(twin):
+    ev = twin.event()
     assert ev.query()
     ev.synchronize()
-    ev.wait(dev.stream())                       # nothing to wait for
+    ev.wait(twin.stream())                       # nothing to wait for
 
 
 def test_cpu_and_cuda_devices_share_the_launch_call():
@@ -156,8 +143,8 @@ def test_urgency_spreads_over_cudas_levels_most_urgent_lowest():
 
 @pytest.mark.cuda
 def test_cuda_streams_are_owned_not_pooled_and_carry_their_level():
-    dev = device_for("cuda")
-    streams = [dev.stream(urgency=i / 39) for i in range(40)]   # past torch's 32 per level
+    twin = device_for("cuda")
+    streams = [twin.stream(urgency=i / 39) for i in range(40)]   # past torch's 32 per level
     assert len({s.cuda_stream for s in streams}) == 40
-    least, greatest = dev.priority_levels
+    least, greatest = twin.priority_levels
     assert streams[0].priority == least and streams[-1].priority == greatest

@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from async_twin import gated_fill, twin  # noqa: F401,F811 - twin is a fixture
 from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.device.base import device_for
 from rt_runtime.exec.executor import GraphExecutor
@@ -23,20 +24,6 @@ from rt_runtime.sched.handoff import wait_ready
 pytestmark = pytest.mark.timeout(60)
 MS = 1_000_000
 X, Y = TensorSpec("x", (4,), "float32"), TensorSpec("y", (4,), "float32")
-
-
-@pytest.fixture
-def twin():
-    dev = device_for("cpu-async")
-    yield dev
-    dev.close()
-
-
-def gated_fill(gate: threading.Event, dst: torch.Tensor, value: float):
-    def fill() -> None:
-        gate.wait(10)
-        dst.fill_(value)
-    return fill
 
 
 def open_later(gate: threading.Event, s: float = 0.2) -> None:
