@@ -27,7 +27,6 @@ import gc
 import os
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -35,18 +34,15 @@ from typing import Any, Callable, Sequence
 from ..analysis.hardware import hardware_report
 from ..analysis.trace_stats import TaskTimes, task_times
 from ..bag import BagError, BagWriter, open_bag
-from ..config.realtime import runtime_kwargs
 from ..config.stack import StackConfig, build_bindings, run_chains
-from ..exec.warmup import warm_up
+from ..drive import open_stack
 from ..io.egress import diagnostics
 from ..safety.degrade import STATES
-from ..safety.monitor import SafetyMonitor
-from ..sched import CostModel, Runtime, VirtualClock, WallClock
+from ..sched import CostModel, VirtualClock, WallClock
 from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
 from ..sched.events import EventKind
 from ..trace import TraceColumns, TraceRing, save_trace
-from ..device.base import device_for, tensor_device
 from .feed import decoded_feed, prefetched
 from .parallel import parallel_threads
 
@@ -200,26 +196,21 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
     for note in notes:
         print(f"rt-runtime replay: note: {note}", file=sys.stderr)
-    dev = device_for(cfg.device)
-    rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, steal=cfg.steal, channels=cfg.channels,
-                 device=dev,
-                 parallel=threads or None, adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
-                 sink=ring, egress=collector.on_publish, chains=chains,
-                 # on the wall clock a speculating task needs worker threads (the inline driver does not speculate)
-                 threaded=False if virtual else (workers > 1 or any(b.speculate is not None for b in bindings)),
-                 # on the wall clock, SCHED_FIFO where the OS permits, unless the config's realtime: says otherwise
-                 **(runtime_kwargs(cfg.realtime, default=True) if not virtual else {"realtime": False}),
-                 cost=cost)
+    stack = open_stack(cfg, bindings, initial, clock=clock, workers=workers, cost=cost, sink=ring,
+                       egress=collector.on_publish, chains=chains, parallel=threads or None,
+                       adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
+                       # on the wall clock a speculating task needs worker threads (the inline driver does not
+                       # speculate), and SCHED_FIFO applies where the OS permits unless the config's realtime: says
+                       threaded=not virtual and (workers > 1 or any(b.speculate is not None for b in bindings)),
+                       realtime=True)
+    rt = stack.rt
     rt.sched.hw = hardware
     if not virtual:   # say what "realtime" does here, before it does it
         print(f"rt-runtime replay: {rt.describe_realtime()}", file=sys.stderr)
-    monitor = SafetyMonitor.from_spec(rt, cfg.safety).install() if cfg.safety is not None else None
+    monitor = stack.safety_monitor()
     # Intra-op threads per computing thread: more only fight over the cores.
     torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
-    for ts in rt.sched.tasks.values():
-        for ex in ts.executors:
-            if ex is not None:
-                warm_up(ex)
+    stack.warm_up()
     duration_ns = reader.duration_ns if until_s is None else min(reader.duration_ns, int(until_s * 1e9))
     bad: dict[str, dict[str, int]] = {}
     said: set[str] = set()   # damaged chunks already warned of
@@ -270,8 +261,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     if not virtual:
         clock.reset_epoch()
     try:
-        for channel, value in initial.items():
-            rt.push(channel, 0, value)
+        stack.push_initial()
         feed = decoded_feed(reader, wanted, duration_ns)
         triggers = rt.sched.triggers
         for item in prefetched(feed):  # decoding overlaps the jobs (a second core), in order
@@ -291,7 +281,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                     monitor.rejected(next(iter(item.route.channels.values())), item.t_ns)
                 continue
             for role, channel in item.route.channels.items():
-                rt.push(channel, item.t_ns, _to_tensor(item.value[role], tensor_device(cfg.device)), item.stamp_ns)
+                rt.push(channel, item.t_ns, stack.to_tensor(item.value[role]), item.stamp_ns)
                 if monitor is not None:
                     monitor.arrived(channel, item.t_ns, item.t_ns)   # no transport delay in a recording
             inputs += 1
@@ -304,7 +294,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         raise
     finally:
         gc.unfreeze()
-        rt.close()
+        stack.close()
         reader.close()
         if writer is not None:
             writer.close(partial=f"interrupted by {interrupted} after {duration_ns / 1e9:.3f} s of "
@@ -315,14 +305,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         print(file=sys.stderr)
     parts.append(ring.drain())
     cols = TraceColumns.concat(parts, ring.tasks)
-    meta = {"ops": {b.name: [o.name for o in b.graph.ops] for b in bindings},
-            "fallback_ops": {b.name: [o.name for o in b.fallback.ops] for b in bindings if b.fallback is not None},
-            "clock": "virtual" if virtual else "wall", "timing": timing,
-            "config": cfg.source, "bag": str(bag_path), "policy": cfg.policy, "workers": workers,
-            "tasks_config": {b.name: {"period_ns": b.task.period_ns, "deadline_ns": b.task.deadline,
-                                      "wcet_ns": b.task.wcet_ns, "priority": b.task.priority,
-                                      "rank": rt.sched.tasks[b.name].prio,
-                                      "trigger": b.task.trigger} for b in bindings}}
+    meta = stack.trace_meta(clock="virtual" if virtual else "wall", timing=timing, bag=str(bag_path))
     if trace is not None:
         cut = {"partial": True, "interrupted": interrupted, "bag_duration_s": bag_ns / 1e9} if interrupted else {}
         save_trace(trace, cols, {**meta, "lost_events": ring.lost, **cut})
@@ -339,10 +322,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
                           deterministic=rt.deterministic, nondeterminism=rt.nondeterminism,
                           hardware=hardware_report(cols, meta) if hardware else None,
                           parallel=max(1, rt.sched.par.threads if rt.sched.par is not None else 1),
-                          device=dev.name)
-    close = getattr(dev, "close", None)   # cpu-async: its stream threads
-    if close is not None:
-        close()
+                          device=stack.device.name)
     if monitor is not None:
         result.extra["safety"] = {**monitor.status(), "history": [
             {"t_s": tr.t_ns / 1e9, "from": STATES[tr.before], "to": STATES[tr.after], "reason": tr.reason}
@@ -400,21 +380,6 @@ def codec_problems(cfg: StackConfig, topics: dict[str, str]) -> list[str]:
         out.append(f"{cfg.source}: ingress {r.topic}{was}: codec {r.codec} decodes {decodes}, but the bag's "
                    f"{r.topic} is {found} ({fix}; or remap another topic here)")
     return out
-
-
-def _to_tensor(a: Any, device: str) -> Any:
-    """A decoded array as a tensor on the stack's device (zero copy on the CPU)."""
-    import torch
-
-    if a.flags.writeable:
-        t = torch.from_numpy(a)
-    else:
-        # A read-only view of the bag's bytes (an image): the channel copies it into its own slot
-        # at ingress and nothing writes to it before, so it needs no copy of its own here.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            t = torch.from_numpy(a)
-    return t if device == "cpu" else t.to(device, non_blocking=True)
 
 
 def _progress(t_ns: int, total_ns: int) -> None:

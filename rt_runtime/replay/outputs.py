@@ -17,14 +17,8 @@ import numpy as np
 
 from ..bag import BagWriter, to_cdr
 from ..config.stack import EgressRoute
+from ..drive import host_copy
 from ..io import EGRESS_CODECS
-
-
-def _to_numpy(data: Any) -> np.ndarray:
-    """A host copy (the view the runtime lends is only valid during the call)."""
-    if isinstance(data, np.ndarray):
-        return data.copy()
-    return data.detach().to("cpu", copy=True).numpy()
 
 
 class OutputDigest:
@@ -83,7 +77,7 @@ class OutputCollector:
         """The runtime's egress hook: keep a copy of what became visible at ``t_ns``."""
         kept = self.channels.get(channel)
         if channel in self.by_channel or kept is not None:
-            value = _to_numpy(data)
+            value = host_copy(data)
             with self._lock:
                 if channel in self.by_channel:
                     self._pending[t_ns][channel] = value

@@ -91,17 +91,6 @@ class TopicHealth:
         return out
 
 
-def to_tensor(device: str) -> Callable[[np.ndarray], Any]:
-    """numpy -> torch on the stack's device (zero copy on the CPU for writable arrays)."""
-    import torch
-
-    def convert(a: np.ndarray) -> Any:
-        # Views into received bytes are read-only; the channel copies into its slot anyway.
-        t = torch.from_numpy(a if a.flags.writeable else a.copy())
-        return t if device == "cpu" else t.to(device, non_blocking=True)
-    return convert
-
-
 class Ingress:
     """One raw-CDR callback per route, and the health of every input topic."""
 

@@ -28,19 +28,17 @@ from rclpy.signals import SignalHandlerOptions  # noqa: E402
 
 from ..bag import to_cdr  # noqa: E402 - (all below: after the environment is set)
 from ..config import ConfigError
-from ..config.realtime import runtime_kwargs
-from ..config.stack import build_bindings, parse_remap, run_chains
+from ..config.stack import build_bindings, parse_remap
 from ..core.units import DurationError, parse_duration
-from ..device.base import device_for, tensor_device
-from ..exec.warmup import warm_up
+from ..drive import host_copy, open_stack
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..replay.defaults import default_config
-from ..sched import Runtime, VirtualClock, WallClock
+from ..sched import VirtualClock, WallClock
 from . import diagnostics
 from .drivers import SimDriver, WallDriver, degrade_fallback_tasks
-from .inputs import Ingress, to_tensor
+from .inputs import Ingress
 from .msgtypes import output_qos, ros_class, sensor_qos
-from .outputs import EgressPump, host_copy
+from .outputs import EgressPump
 from .overrides import load_config
 from .params import PARAMS
 
@@ -87,31 +85,21 @@ class LiveRuntime:
         self.diag_pub = node.create_publisher(types[DIAGNOSTICS_TOPIC], DIAGNOSTICS_TOPIC, output_qos())
         self.pump = EgressPump(cfg.egress, cfg.frame, self._stamp, self._publish, p["watch_channels"] or [])
         clock = VirtualClock() if self.sim else WallClock(epoch_ns=time.monotonic_ns())
-        kwargs = {"sink": self.ring} if self.ring is not None else {}
         try:
-            self.rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers, steal=cfg.steal,
-                              threaded=not self.sim,
-                              device=device_for(cfg.device),
-                              channels=cfg.channels, egress=self.pump.on_publish, chains=run_chains(cfg, bindings)[0],
-                              **(runtime_kwargs(cfg.realtime, default=bool(p["realtime"])) if not self.sim
-                                 else {"realtime": False}), **kwargs)
+            self.stack = open_stack(cfg, bindings, initial, clock=clock, workers=workers, sink=self.ring,
+                                    egress=self.pump.on_publish, threaded=not self.sim,
+                                    realtime=bool(p["realtime"]))   # the config's realtime: wins
         except ValueError as e:
             raise StartError(f"{cfg.source}: {e}") from None
+        self.rt = self.stack.rt
         self.bindings = bindings
-        for ts in self.rt.tasks.values():
-            for ex in ts.executors:
-                if ex is not None:
-                    warm_up(ex)
+        self.stack.warm_up()
         self._warm_egress()
         self.driver: WallDriver | SimDriver = SimDriver(self.rt) if self.sim else WallDriver(self.rt)
-        for channel, value in initial.items():
-            self.rt.push(channel, 0, value)
-        self.monitor = None
-        if cfg.safety is not None:   # the degrade supervisor; its calls run under the scheduler's lock
-            from ..safety.monitor import SafetyMonitor
-
-            self.monitor = SafetyMonitor.from_spec(self.rt, cfg.safety).install()
-        self.ingress = Ingress(cfg.ingress, self.driver, to_tensor(tensor_device(cfg.device)), stale_after_ns=stale_ns,
+        self.stack.push_initial()
+        # The degrade supervisor; its calls run under the scheduler's lock.
+        self.monitor = self.stack.safety_monitor()
+        self.ingress = Ingress(cfg.ingress, self.driver, self.stack.to_tensor, stale_after_ns=stale_ns,
                                monitor=self.monitor)
         self.max_deadline_ns = max(b.task.deadline for b in bindings)
         self._before: dict[str, Any] = {}
@@ -198,6 +186,8 @@ class LiveRuntime:
         stuck = self.driver.stop()
         if stuck:
             print(f"rt-runtime run: worker(s) {stuck} still stuck in an op at exit", file=sys.stderr)
+        else:   # the runtime is stopped: its device's threads too (a stuck op would hold one forever)
+            self.stack.close()
         self.pump.close()
         self.publish_diagnostics()
         if self.trace_path is not None and self.ring is not None:
@@ -205,13 +195,8 @@ class LiveRuntime:
 
             self.parts.append(self.ring.drain())
             cols = TraceColumns.concat(self.parts, self.ring.tasks)
-            b = self.bindings
-            save_trace(self.trace_path, cols, {
-                "ops": {x.name: [o.name for o in x.graph.ops] for x in b}, "clock": self.driver.kind,
-                "config": self.cfg.source, "policy": self.cfg.policy, "workers": len(self.rt.sched.workers),
-                "live": True, "lost_events": self.ring.lost,
-                "tasks_config": {x.name: {"period_ns": x.task.period_ns, "deadline_ns": x.task.deadline,
-                                          "wcet_ns": x.task.wcet_ns} for x in b}})
+            save_trace(self.trace_path, cols,
+                       self.stack.trace_meta(clock=self.driver.kind, live=True, lost_events=self.ring.lost))
 
     def summary(self) -> str:
         """One line: how long, what came in, what went out, misses."""

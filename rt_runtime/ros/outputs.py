@@ -20,16 +20,10 @@ import numpy as np
 
 from ..bag import to_cdr
 from ..config.stack import EgressRoute
+from ..drive import host_copy
 from ..io import EGRESS_CODECS
 
 KEEP_NS = 2_000_000_000   # an instant still incomplete after this long never will be
-
-
-def host_copy(data: Any) -> np.ndarray:
-    """A numpy copy (the view the runtime lends is only valid during the call)."""
-    if isinstance(data, np.ndarray):
-        return data.copy()
-    return data.detach().to("cpu", copy=True).numpy()
 
 
 class EgressPump:

@@ -47,23 +47,20 @@ def leaked(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 def soak(harness: Any, loops: int, cost: Callable[..., int] | None = None,
          on_loop: Callable[[int, int], None] | None = None) -> list[int]:
     """Replay the harness's scenario ``loops`` times through one runtime; RSS after each loop."""
-    import torch
-
-    from ..sched import Runtime, VirtualClock
+    from ..drive import open_stack
+    from ..sched import VirtualClock
     from ..sched.binding import measured_cost
     from .monitor import SafetyMonitor
 
     sc = harness.scenario
     period = sc.until_ns + 1
-    rt = Runtime(harness.bindings, policy=harness.cfg.policy, clock=VirtualClock(), workers=harness.cfg.workers,
-                 steal=harness.cfg.steal,
-                 channels=harness.cfg.channels, threaded=False, realtime=False, cost=cost or measured_cost,
-                 egress=lambda *a: None)
+    stack = open_stack(harness.cfg, harness.bindings, harness.initial, clock=VirtualClock(),
+                       cost=cost or measured_cost, egress=lambda *a: None)
+    rt = stack.rt
     mon = SafetyMonitor(rt, harness.planner, periods=sc.periods()).install()
     samples = []
     try:
-        for channel, value in harness.initial.items():
-            rt.push(channel, 0, value)
+        stack.push_initial()
         for k in range(loops):
             base = k * period
             for m in sc.messages:
@@ -73,13 +70,12 @@ def soak(harness: Any, loops: int, cost: Callable[..., int] | None = None,
                 rt.run_until(t - 1)
                 mon.check_silence(t - 1)
                 for role, ch in m.route.channels.items():
-                    a = m.value[role]
-                    rt.push(ch, t, torch.from_numpy(a if a.flags.writeable else a.copy()))
+                    rt.push(ch, t, stack.to_tensor(m.value[role]))
                     mon.arrived(ch, t, t)
             rt.run_until(base + period - 1)
             samples.append(rss_bytes())
             if on_loop is not None:
                 on_loop(k, samples[-1])
     finally:
-        rt.close()
+        stack.close()
     return samples

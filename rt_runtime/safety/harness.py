@@ -27,9 +27,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..bag import BagError, open_bag
-from ..config.stack import StackConfig, build_bindings, run_chains
-from ..device.base import device_for, tensor_device
+from ..config.stack import StackConfig, build_bindings
 from ..core.tensor import Dim
+from ..drive import StackRuntime, host_copy, open_stack
 from ..io import INGRESS_CODECS, IngressError
 from ..io.ingress import decode
 from ..sched import Runtime, TaskBinding, VirtualClock
@@ -146,7 +146,6 @@ class Harness:
         self.clear_after = clear_after
         self.stall_after_ns = stall_after_ns
         self.injector = Injector()
-        self.tensors = tensor_device(cfg.device)   # where pushed inputs live
         bindings, self.initial = build_bindings(cfg)
         self.bindings: list[TaskBinding] = []
         for b in bindings:
@@ -206,27 +205,27 @@ class Harness:
             base_cost: Any = None) -> RunRecord:
         """One replay of the scenario with ``injections``; never raises (a crash is recorded)."""
         rec = RunRecord()
-        rt = None
+        stack: StackRuntime | None = None
         quiet = logging.getLogger("rt_runtime.sched")
         level = quiet.level
         quiet.setLevel(logging.CRITICAL)   # stalls and op errors are expected here, and counted
         threads = self._torch.get_num_threads()
         self._torch.set_num_threads(self.cfg.threads)
         try:
-            rt = Runtime(self.bindings, policy=self.cfg.policy, clock=VirtualClock(), workers=self.cfg.workers,
-                         steal=self.cfg.steal,
-                         device=device_for(self.cfg.device),
-                         channels=self.cfg.channels, sink=_Keep(rec.events), egress=self._egress(rec),
-                         threaded=False, realtime=False,
-                         cost=self.injector.cost(base_cost or (self._cost if self.fixed else self.budget)),
-                         stall_after_ns=self.stall_after_ns, chains=run_chains(self.cfg, self.bindings)[0])
+            # No warm-up: an op costs its budget (or calibration) here, however long its first run takes,
+            # and a campaign builds a runtime per run.
+            stack = open_stack(self.cfg, self.bindings, self.initial, clock=VirtualClock(), sink=_Keep(rec.events),
+                               egress=self._egress(rec),
+                               cost=self.injector.cost(base_cost or (self._cost if self.fixed else self.budget)),
+                               stall_after_ns=self.stall_after_ns)
+            rt = stack.rt
             mon = SafetyMonitor(rt, self.planner, DegradeStateMachine(**({"clear_after": self.clear_after}
                                                                          if self.clear_after else {})),
                                 periods=self.scenario.periods(), **self.monitor_kw).install()
             rec.machine = mon.machine
             self.injector.arm(injections, rt.clock.now, lambda task: rt.stall_ns(rt.tasks[task]))
             self.injector.on_hang = lambda task, t: self._stall(rt, task, t)
-            self._feed(rt, mon, [i for i in injections if i.cls not in ("bitflip", "exception", "overrun", "hang")],
+            self._feed(stack, mon, [i for i in injections if i.cls not in ("bitflip", "exception", "overrun", "hang")],
                        rec, self.scenario.until_ns if until_ns is None else until_ns)
             rec.stats = rt.stats()
             rec.detections = list(mon.detections)
@@ -238,8 +237,8 @@ class Harness:
             rec.fired += self.injector.fired
             self.injector.arm((), lambda: 0, lambda task: 0)
             self.injector.on_hang = None
-            if rt is not None:
-                rt.close()
+            if stack is not None:
+                stack.close()
         return rec
 
     def _egress(self, rec: RunRecord) -> Any:
@@ -247,7 +246,7 @@ class Harness:
 
         def on_publish(channel: str, t_ns: int, seq: int, data: Any) -> None:
             if channel in watch:
-                outputs.setdefault(channel, {})[t_ns] = data.detach().to("cpu", copy=True).numpy()
+                outputs.setdefault(channel, {})[t_ns] = host_copy(data)
 
         return on_publish
 
@@ -261,10 +260,10 @@ class Harness:
                 s.watchdog.unstall(w.index)
                 return
 
-    def _feed(self, rt: Runtime, mon: SafetyMonitor, faults: list[Injection], rec: RunRecord, end_ns: int) -> None:
-        torch = self._torch
-        for channel, value in self.initial.items():
-            rt.push(channel, 0, value)
+    def _feed(self, stack: StackRuntime, mon: SafetyMonitor, faults: list[Injection], rec: RunRecord,
+              end_ns: int) -> None:
+        rt = stack.rt
+        stack.push_initial()
         pending = sorted(faults, key=lambda i: (i.t_ns, i.id))
         arrivals: list[tuple[int, int, str, int]] = []   # (arrival, seq, channel, stamp): delayed messages
         seq = 0
@@ -313,8 +312,7 @@ class Harness:
                 mon.rejected(channels[0], m.t_ns)
                 continue
             for role, ch in m.route.channels.items():
-                a = value[role]
-                rt.push(ch, t_push, torch.from_numpy(a if a.flags.writeable else a.copy()).to(self.tensors))
+                rt.push(ch, t_push, stack.to_tensor(value[role]))
             if t_push == m.t_ns:
                 for ch in channels:
                     mon.arrived(ch, t_push, m.t_ns)

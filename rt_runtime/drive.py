@@ -1,0 +1,146 @@
+"""The driver: the one adapter between a stack file (``StackConfig``) and the pure ``Runtime``.
+
+Replay (``replay.engine``), the live node (``ros.node``), the fault campaign (``safety.harness``)
+and the leak soak (``safety.audit``) each feed a stack's ingress into a runtime and take its egress
+out; what they share lives here, so device, capture and stream rules are wired once:
+
+* ``open_stack`` builds the ``Runtime`` from the config (policy, workers, steal, channels, chains,
+  the device ``device:`` names, ``realtime:`` on the wall clock) and the caller's options (clock,
+  cost, trace sink, egress callback, threads, parallel computing, ingress adoption, stall limit);
+* ``StackRuntime.warm_up`` runs every graph on synthetic inputs before the first deadline counts;
+* ``StackRuntime.push_initial`` pushes the stack's initial channel values at time 0;
+* ``ingress_tensor`` turns a decoded numpy array into a tensor on the stack's device (no copy on
+  the host); ``host_copy`` turns a published value into a numpy copy the caller may keep;
+* ``StackRuntime.trace_meta`` is the trace metadata every driver writes; ``close`` stops the
+  runtime and the device (cpu-async: its stream threads).
+
+What stays with each caller is only how its inputs arrive (a bag, ROS topics, a scenario with
+faults) and where its outputs go (digest and bag, ROS publishers, the campaign's records).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from .config.realtime import runtime_kwargs
+from .config.stack import StackConfig, run_chains
+from .core.chain import Chain
+from .device.base import Device, device_for, tensor_device
+from .exec.warmup import warm_up
+from .sched import CostModel, Runtime, TaskBinding
+from .sched.clock import Clock
+from .sched.events import EventSink
+from .sched.scheduler import Egress
+
+
+def ingress_tensor(a: np.ndarray, device: str) -> Any:
+    """A decoded array as a tensor where the stack's tensors live (``tensor_device``): no copy on the host.
+
+    A read-only array (a view of a message's bytes) is wrapped as it is: the runtime only reads an
+    ingress value (a channel copies it into its slot, or adopts it and never writes to it).
+    """
+    import torch
+
+    if a.flags.writeable:
+        t = torch.from_numpy(a)
+    else:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            t = torch.from_numpy(a)
+    return t if device == "cpu" else t.to(device, non_blocking=True)
+
+
+def host_copy(data: Any) -> np.ndarray:
+    """A numpy copy of a published value (the view the runtime lends is only valid during the call)."""
+    if isinstance(data, np.ndarray):
+        return data.copy()
+    return data.detach().to("cpu", copy=True).numpy()
+
+
+@dataclass
+class StackRuntime:
+    """A stack file's runtime, built: its bindings, initial values, the runtime and its device."""
+
+    cfg: StackConfig
+    bindings: list[TaskBinding]
+    initial: dict[str, Any]
+    rt: Runtime
+    device: Device
+
+    @property
+    def tensors(self) -> str:
+        """Where ingress tensors live, as torch names it (the twin cpu-async keeps them on the host)."""
+        return tensor_device(self.cfg.device)
+
+    def to_tensor(self, a: np.ndarray) -> Any:
+        """``ingress_tensor`` on this stack's device."""
+        return ingress_tensor(a, self.tensors)
+
+    def warm_up(self) -> None:
+        """Run every executor (primary and fallback) on synthetic inputs, then let it capture its graph."""
+        for ts in self.rt.sched.tasks.values():
+            for ex in ts.executors:
+                if ex is not None:
+                    warm_up(ex)
+
+    def push_initial(self) -> None:
+        """The stack's initial channel values, visible at time 0."""
+        for channel, value in self.initial.items():
+            self.rt.push(channel, 0, value)
+
+    def safety_monitor(self) -> Any:
+        """The config's ``safety:`` supervisor installed on the runtime, or None without one."""
+        if self.cfg.safety is None:
+            return None
+        from .safety.monitor import SafetyMonitor
+
+        return SafetyMonitor.from_spec(self.rt, self.cfg.safety).install()
+
+    def trace_meta(self, **extra: Any) -> dict[str, Any]:
+        """What a saved trace says of the stack (ops, tasks, policy, workers), with ``extra`` keys."""
+        b, rt = self.bindings, self.rt
+        return {"ops": {x.name: [o.name for o in x.graph.ops] for x in b},
+                "fallback_ops": {x.name: [o.name for o in x.fallback.ops] for x in b if x.fallback is not None},
+                **extra, "config": self.cfg.source, "policy": self.cfg.policy, "workers": len(rt.sched.workers),
+                "tasks_config": {x.name: {"period_ns": x.task.period_ns, "deadline_ns": x.task.deadline,
+                                          "wcet_ns": x.task.wcet_ns, "priority": x.task.priority,
+                                          "rank": rt.sched.tasks[x.name].prio, "trigger": x.task.trigger}
+                                 for x in b}}
+
+    def close(self) -> list[int]:
+        """Stop the runtime, then the device's threads; returns the workers stuck in an op."""
+        stuck = self.rt.close()
+        close = getattr(self.device, "close", None)   # cpu-async: its stream threads (queued work finishes)
+        if close is not None and not stuck:
+            close()
+        return stuck
+
+
+def open_stack(cfg: StackConfig, bindings: Sequence[TaskBinding], initial: dict[str, Any], *, clock: Clock,
+               workers: int | None = None, cost: CostModel | None = None, sink: EventSink | None = None,
+               egress: Egress | None = None, threaded: bool = False, realtime: bool = False,
+               parallel: int | None = None, adopt_ingress: bool = False, stall_after_ns: int | None = None,
+               chains: Sequence[Chain] | None = None) -> StackRuntime:
+    """The runtime for ``cfg``'s ``bindings`` (from ``build_bindings``, possibly wrapped) and the caller's options.
+
+    ``workers``: None takes the config's. ``realtime``: on the wall clock, what applies where the
+    file has no ``realtime:`` (which wins); on a virtual clock never. ``chains``: None takes the
+    config's (``run_chains``). The device is opened here, one per runtime, and closed by ``close``.
+    """
+    bindings = list(bindings)
+    device = device_for(cfg.device)
+    try:
+        rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers or cfg.workers, steal=cfg.steal,
+                     channels=cfg.channels, device=device, cost=cost, sink=sink, egress=egress, threaded=threaded,
+                     parallel=parallel, adopt_ingress=adopt_ingress, stall_after_ns=stall_after_ns,
+                     chains=run_chains(cfg, bindings)[0] if chains is None else chains,
+                     **(runtime_kwargs(cfg.realtime, default=realtime) if not clock.virtual else {"realtime": False}))
+    except BaseException:
+        close = getattr(device, "close", None)   # a stack that fails to build leaves no stream threads behind
+        if close is not None:
+            close()
+        raise
+    return StackRuntime(cfg, bindings, dict(initial), rt, device)
