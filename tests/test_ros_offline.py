@@ -70,7 +70,7 @@ class FakeDriver:
         self.stamps.append(stamp_ns)
         return True
 
-    def logical(self, ros_ns: int) -> int:
+    def to_logical(self, ros_ns: int) -> int:
         return max(0, ros_ns - self.epoch)
 
 

@@ -82,7 +82,7 @@ class WallDriver:
         """ROS time (ns) of a logical instant."""
         return self.ros_epoch_ns + t_ns
 
-    def logical(self, ros_ns: int) -> int:
+    def to_logical(self, ros_ns: int) -> int:
         """The logical instant of a ROS time (a header stamp); never before the start."""
         return max(0, ros_ns - self.ros_epoch_ns)
 
@@ -165,7 +165,7 @@ class SimDriver:
         """ROS (sim) time of a logical instant."""
         return (self.t0 or 0) + t_ns
 
-    def logical(self, ros_ns: int) -> int:
+    def to_logical(self, ros_ns: int) -> int:
         """The logical instant of a ROS (sim) time (a header stamp); never before the start."""
         return max(0, ros_ns - (self.t0 or 0))
 

@@ -149,7 +149,7 @@ class Ingress:
                 return
             t = driver.now()
             head = getattr(msg, "header", None)
-            at = driver.logical(stamp_ns(head.stamp)) if head is not None else -1
+            at = driver.to_logical(stamp_ns(head.stamp)) if head is not None else -1
             for ch, data in tensors:
                 if not driver.push(ch, t, data, at):
                     h.dropped += 1
