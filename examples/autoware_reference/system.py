@@ -355,11 +355,13 @@ def build(limit: int, *, hop_ms: int = 20, front_chain_ms: int = 50, rear_chain_
     return bindings, chains, logic
 
 
-def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False, steal: bool = False) -> dict:
-    """Run the system on the WallClock for ``duration_s``; returns the KPIs and the runtime's counters."""
+def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False, steal: bool = False,
+        **build_kw: int) -> dict:
+    """Run the system on the WallClock for ``duration_s``; returns the KPIs and the runtime's counters
+    (``build_kw``: ``build``'s deadlines)."""
     from rt_runtime.sched import Runtime, WallClock
 
-    bindings, chains, _ = build(limit)
+    bindings, chains, _ = build(limit, **build_kw)
     samples: list[np.ndarray] = []
     publish_lat: list[float] = []
     dbw, oce = topic(KPI_NODE), topic(HOT_SINK)
