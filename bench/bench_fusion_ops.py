@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 sys.path.insert(0, str(Path(__file__).resolve().parent))      # bench_hot_ops' helpers
 
 import pipelines.stack  # noqa: E402
-import rt_runtime.replay.engine as engine  # noqa: E402
+import rt_runtime.drive as drive  # noqa: E402
 from bench_hot_ops import anchor_ms, op_times  # noqa: E402
 from rt_runtime import Graph, Op  # noqa: E402
 from rt_runtime.config.stack import load_stack  # noqa: E402
@@ -67,7 +67,7 @@ def recorded_jobs(bag: Path) -> tuple[list[dict[str, torch.Tensor]], dict[str, A
     args = cfg.entries[TASK].get("args", {})
     jobs: list[dict[str, torch.Tensor]] = []
     warming = [False]
-    build, warm_up = pipelines.stack.build_fusion_tracking, engine.warm_up
+    build, warm_up = pipelines.stack.build_fusion_tracking, drive.warm_up
 
     def build_recording(*a: Any, **kw: Any) -> Graph:
         return recording(build(*a, **kw), jobs, lambda: not warming[0])
@@ -79,11 +79,11 @@ def recorded_jobs(bag: Path) -> tuple[list[dict[str, torch.Tensor]], dict[str, A
         finally:
             warming[0] = False
 
-    pipelines.stack.build_fusion_tracking, engine.warm_up = build_recording, quiet_warm_up
+    pipelines.stack.build_fusion_tracking, drive.warm_up = build_recording, quiet_warm_up
     try:
         replay(bag, cfg, cost=zero_cost, hardware=False, parallel=0)
     finally:
-        pipelines.stack.build_fusion_tracking, engine.warm_up = build, warm_up
+        pipelines.stack.build_fusion_tracking, drive.warm_up = build, warm_up
     return [j for j in jobs if len(j) == len(jobs[0])], args
 
 
@@ -180,7 +180,7 @@ def main() -> None:
         builders = {"baseline": baseline_builder(args.baseline), **builders}
     a0 = anchor_ms()
     diffs = compare({k: GraphExecutor(every_tensor(b(**kw))) for k, b in builders.items()}, jobs)
-    times = op_times({k: GraphExecutor(b(**kw)) for k, b in builders.items()}, jobs, args.passes)
+    times, _ = op_times({k: GraphExecutor(b(**kw)) for k, b in builders.items()}, jobs, args.passes)
     a1 = anchor_ms()
     print(f"torch {torch.__version__}, 1 thread; bag {bag.name}: {len(jobs)} {TASK} jobs, "
           f"{args.passes} passes; medians per job")
