@@ -29,9 +29,12 @@ class Driver:
     def now(self) -> int:
         return 0
 
-    def push(self, channel: str, t_ns: int, data: torch.Tensor) -> bool:
+    def push(self, channel: str, t_ns: int, data: torch.Tensor, stamp_ns: int = -1) -> bool:
         self.pushed[channel] = data
         return True
+
+    def to_logical(self, ros_ns: int) -> int:
+        return ros_ns
 
 
 def test_messages_serialized_by_rclpy_decode_through_the_raw_ingress_path() -> None:

@@ -40,8 +40,12 @@ class Driver(Protocol):
     def now(self) -> int:
         """Logical time on the runtime's clock."""
 
-    def push(self, channel: str, t_ns: int, data: Any) -> bool:
-        """Hand a value to the runtime; False if it was dropped (backlog full)."""
+    def push(self, channel: str, t_ns: int, data: Any, stamp_ns: int = -1) -> bool:
+        """Hand a value to the runtime (``stamp_ns``: its header stamp on the logical timeline, -1: none);
+        False if it was dropped (backlog full)."""
+
+    def to_logical(self, ros_ns: int) -> int:
+        """The logical instant of a ROS time (a header stamp)."""
 
     def call(self, fn: Callable[[int], Any]) -> None:
         """Run ``fn(now)`` on the scheduler (under its lock, or on its thread)."""
