@@ -269,7 +269,7 @@ def kpis(samples: Sequence[np.ndarray], skip: int = 10) -> dict:
 
 # ---- the rt_runtime system -------------------------------------------------------------------
 def build(limit: int, *, hop_ms: int = 20, front_chain_ms: int = 50, rear_chain_ms: int = 10,
-          min_interarrival_ms: int = 60, budget_ms: int = 6, hot_worker: int | None = None):
+          min_interarrival_ms: int = 60, budget_ms: int = 6):
     """The 24 TaskBindings and the two hot-path chains.
 
     Sensors and the BehaviorPlanner are periodic tasks (their timers); every other node is
@@ -349,8 +349,6 @@ def build(limit: int, *, hop_ms: int = 20, front_chain_ms: int = 50, rear_chain_
         else:
             raise ValueError(node.kind)
         graph = Graph(node.name, ops, inputs=gins, outputs=list(outs))
-        if hot_worker is not None:   # the hot path on a worker of its own, everything else on the other
-            kw["worker"] = hot_worker if node.name in HOT_PATH else 1 - hot_worker
         bindings.append(TaskBinding(task, graph, inputs=ins, outputs=outs, **kw))
     chains = [Chain("hot_path_rear", REAR_CHAIN, rear_chain_ms * MS),
               Chain("hot_path_front", FRONT_CHAIN, front_chain_ms * MS)]
