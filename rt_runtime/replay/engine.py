@@ -190,6 +190,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     if retain_channels is None:
         retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
     collector = OutputCollector(cfg.egress, cfg.frame, reader.start_ns, writer, retain=quality is not None,
+                                background=True,
                                 retain_channels=retain_channels)
     ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
     chains, notes = run_chains(cfg, bindings)
@@ -288,12 +289,15 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             if quality is not None and item.route.codec == "odometry":
                 ego.append((item.log_ns, item.value["value"]))
         advance(duration_ns)
+        collector.drain()   # the writer thread's last batches (and its error, if it had one)
     except BaseException:
+        collector.close()
         if writer is not None:   # an error mid-run: nothing is left at ``out``, a rerun starts clean
             writer.abort()
         raise
     finally:
         gc.unfreeze()
+        collector.close()
         stack.close()
         reader.close()
         if writer is not None:

@@ -5,12 +5,17 @@ deadline under LET). Everything published at the same logical instant is held, t
 egress route, in topic order, once time has moved past that instant. The order of messages, and
 so the digest, depends only on logical times and topic names, never on which worker published
 first.
+
+Encoding (CDR), hashing and writing run on one writer thread (``background``), in the order the
+driver hands batches over, so they overlap the jobs' kernels instead of delaying the next release;
+``drain`` waits for it and re-raises what it raised.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
 import numpy as np
@@ -43,7 +48,7 @@ class OutputCollector:
 
     def __init__(self, routes: list[EgressRoute], frame: str, start_ns: int, writer: BagWriter | None,
                  sink: Callable[[str, int, bytes], None] | None = None, retain: bool = False,
-                 retain_channels: Iterable[str] = ()) -> None:
+                 retain_channels: Iterable[str] = (), background: bool = False) -> None:
         self.routes = sorted(routes, key=lambda r: r.topic)
         self.frame = frame
         self.start_ns = start_ns
@@ -61,6 +66,9 @@ class OutputCollector:
         self.retained: dict[str, list[tuple[int, dict[str, np.ndarray]]]] | None = defaultdict(list) if retain else None
         # channel -> [(t, array)]: copies of other channels' publications (not written, not hashed)
         self.channels: dict[str, list[tuple[int, np.ndarray]]] = {c: [] for c in retain_channels}
+        # One writer thread keeps the order; None: encode in the caller's thread.
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rt-replay-egress") if background else None
+        self._queued: deque[Future] = deque()
         if writer is not None:
             self.attach(writer)
 
@@ -86,7 +94,28 @@ class OutputCollector:
 
     def emit(self, topic: str, t_ns: int, msg: Any) -> None:
         """Write one message that is not a LET output (diagnostics), in the same stream."""
-        self._write(topic, t_ns, to_cdr(msg))
+        self._later(lambda: self._write(topic, t_ns, to_cdr(msg)))
+
+    def _later(self, fn: Callable[[], None]) -> None:
+        if self._pool is None:
+            fn()
+            return
+        q = self._queued
+        while q and q[0].done():   # surface a writer error early, and keep the queue short
+            q.popleft().result()
+        q.append(self._pool.submit(fn))
+
+    def drain(self) -> None:
+        """Wait until everything handed over is written; re-raises the writer thread's error."""
+        q = self._queued
+        while q:
+            q.popleft().result()
+
+    def close(self) -> None:
+        """Stop the writer thread (after what it was given: call ``drain`` first to see its errors)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._queued.clear()
 
     def _write(self, topic: str, t_ns: int, cdr: bytes) -> None:
         self.digest.update(topic, t_ns, cdr)
@@ -101,6 +130,10 @@ class OutputCollector:
         with self._lock:
             ready = sorted(t for t in self._pending if t <= upto_ns)
             batches = [(t, self._pending.pop(t)) for t in ready]
+        if batches:
+            self._later(lambda: self._encode(batches))
+
+    def _encode(self, batches: list[tuple[int, dict[str, np.ndarray]]]) -> None:
         for t, values in batches:
             for r in self.routes:
                 if all(c in values for c in r.channels.values()):
