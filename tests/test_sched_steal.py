@@ -112,3 +112,18 @@ def test_the_analysis_charges_each_worker_one_op_of_a_taken_job() -> None:
     assert plain == {"A": 4 * MS, "B": 2 * MS}
     assert taken == {"A": 6 * MS, "B": 6 * MS}   # B's whole 2 ms before A; A's whole 4 ms before B
     assert ops == {"A": 5 * MS, "B": 3 * MS}     # one 1 ms op
+
+
+def test_a_taken_job_yields_to_any_job_of_the_worker_that_took_it() -> None:
+    """Worker 1 takes B (more urgent than its own L) while worker 0 runs A; L, released at 2, waits one
+    op of B, not all of it: B goes back to worker 0 and resumes there when A ends."""
+    bindings = [TaskBinding(Task("A", 40 * MS, 10 * MS, priority=0), steps("a", 1, 10), inputs={"x": "/in"},
+                            outputs={"y": "/a"}, worker=0),
+                TaskBinding(Task("B", 40 * MS, 6 * MS, priority=1), steps("b", 6, 1), inputs={"x": "/in"},
+                            outputs={"y": "/b"}, worker=0),
+                TaskBinding(Task("L", 40 * MS, 2 * MS, offset_ns=2 * MS, priority=2), steps("l", 1, 2),
+                            inputs={"x": "/in"}, outputs={"y": "/l"}, worker=1)]
+    _, sink, _ = run(bindings, 2, True, 30)
+    assert starts(sink, "B")[:2] == [(0, 0, 1), (0, 10, 0)]   # taken at 0; resumed at home when A ends
+    assert starts(sink, "L")[0] == (0, 2, 1)                  # at B's first op boundary after its release
+    assert [e.t_ns // MS for e in sink.of(EventKind.FINISH, "B")][:1] == [14]   # 2 ops on 1, 4 on 0

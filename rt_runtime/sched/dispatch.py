@@ -7,11 +7,12 @@ interrupted, so the longest op of a less urgent task is the blocking term of the
 
 Tasks are partitioned: each has a worker whose queue its jobs join. With ``steal`` on, dispatch is
 work-conserving: a worker with nothing to do takes the most urgent job not started yet from the
-queue of a worker busy with another job, and if that job is preempted it goes back to its own
-worker's queue. A job then starts no later than it would have, and under LET its outputs and their
-publish instants do not depend on which worker computed it (the same outputs for any worker count);
-what a worker's own jobs can suffer is one op of a taken job (a blocking term, as above). A task's
-jobs never run on two workers at once: its executor's arena is one.
+queue of a worker busy with another job. A taken job yields at its next op boundary to any job of
+the worker's own, however urgent, and goes back to its own worker's queue: so a worker's own jobs
+wait for at most one op of a taken job (a blocking term, as above), and a job starts no later than
+it would have. Under LET the outputs and their publish instants do not depend on which worker
+computed a job (the same outputs for any worker count). A task's jobs never run on two workers at
+once: its executor's arena is one.
 
 ``run_op`` executes one op outside any lock; ``complete_op`` books it (execution time, budget,
 trace) and finishes the job after its last op. Both drivers (inline, threads) use these three.
@@ -68,7 +69,7 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
         if job.abort_req:
             w.current = None
             s.kill(job, now, w.index)
-        elif ready and ready[0][0] < job.pkey:
+        elif ready and (ready[0][0] < job.pkey or job.ts.worker != w.index):   # taken: yields to any own job
             job.state = PREEMPTED
             home = s.workers[job.ts.worker]
             _push(home.ready, (job.pkey, job))   # a taken job goes back to its own worker's queue
