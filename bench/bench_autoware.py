@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples" / "autoware_reference"
 sys.path.insert(0, str(EX))
 
-MODES = ("rt_runtime", "rt_runtime_steal", "rclpy_single", "rclpy_events")
+MODES = ("rt_runtime", "rt_runtime_nosteal", "rclpy_single", "rclpy_events")
 
 
 # ---- the rclpy system (a child process) -----------------------------------------------------
@@ -141,7 +141,7 @@ def run_rclpy(mode: str, duration_s: float, limit: int) -> dict:
 def child(mode: str, duration_s: float, limit: int) -> dict:
     if mode.startswith("rt_runtime"):
         import system as S
-        return S.run(duration_s, limit, workers=min(2, os.cpu_count() or 1), steal=mode.endswith("steal"))
+        return S.run(duration_s, limit, workers=min(2, os.cpu_count() or 1), steal=not mode.endswith("nosteal"))
     return run_rclpy(mode, duration_s, limit)
 
 

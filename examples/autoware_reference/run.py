@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crunch-limit", type=int, default=None, help="use this prime-count limit instead of calibrating")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO and pinning where the OS permits")
-    ap.add_argument("--steal", action="store_true", help="work-conserving dispatch: an idle worker takes waiting jobs")
+    ap.add_argument("--steal", action=argparse.BooleanOptionalAction, default=True,
+                    help="work-conserving dispatch: an idle worker takes waiting jobs (default on)")
     a = ap.parse_args(argv)
     if not (0 < a.duration <= 86400):
         print("run.py: --duration must be in (0, 86400] seconds", file=sys.stderr)

@@ -355,7 +355,7 @@ def build(limit: int, *, hop_ms: int = 20, front_chain_ms: int = 50, rear_chain_
     return bindings, chains, logic
 
 
-def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False, steal: bool = False,
+def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False, steal: bool = True,
         **build_kw: int) -> dict:
     """Run the system on the WallClock for ``duration_s``; returns the KPIs and the runtime's counters
     (``build_kw``: ``build``'s deadlines)."""
