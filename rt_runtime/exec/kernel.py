@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 import torch
 
-_LOCK = threading.Lock()   # TorchScript's compiler is not meant to be entered by two threads at once
+# TorchScript's compiler is not meant to be entered by two threads at once; reentrant, so that a
+# kernel's check-and-compile holds it across both.
+_LOCK = threading.RLock()
 
 
 def eager() -> bool:
@@ -66,7 +68,9 @@ class Kernel:
 
     def compile(self) -> Callable[..., Any]:
         """Compile now (idempotent); raises KernelError with one line if the body is not TorchScript."""
-        if self.compiled is None:
+        with _LOCK:   # two threads at a first call: one compiles, the other finds it done
+            if self.compiled is not None:
+                return self.compiled
             if self.eager:
                 self.compiled = self.py
             else:
@@ -77,7 +81,7 @@ class Kernel:
                     raise KernelError(f"kernel {self.py.__module__}.{self.py.__qualname__}: not valid "
                                       f"TorchScript: {first}") from None
                 self.compiled = compiled
-        return self.compiled
+            return self.compiled
 
     def __call__(self, *args: Any) -> Any:
         fn = self.compiled
