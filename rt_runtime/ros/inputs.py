@@ -153,7 +153,8 @@ class Ingress:
                 return
             t = driver.now()
             head = getattr(msg, "header", None)
-            at = driver.to_logical(stamp_ns(head.stamp)) if head is not None else -1
+            stamp = stamp_ns(head.stamp) if head is not None else None
+            at = driver.to_logical(stamp) if stamp is not None else -1
             for ch, data in tensors:
                 if not driver.push(ch, t, data, at):
                     h.dropped += 1
@@ -164,14 +165,12 @@ class Ingress:
                 h.decode_max_ns = dt
             if cloud:
                 h.nan_points += int(msg.width) * int(msg.height) - len(value["value"])
-            st = getattr(msg, "header", None)
             lat = 0
-            if st is not None:
-                s = stamp_ns(st.stamp)
-                if h.last_stamp is not None and s < h.last_stamp:
+            if stamp is not None:
+                if h.last_stamp is not None and stamp < h.last_stamp:
                     h.stamp_back += 1
-                h.last_stamp = s
-                lat = rx_wall - s
+                h.last_stamp = stamp
+                lat = rx_wall - stamp
                 if 0 <= lat < MAX_RX_LATENCY_NS:
                     h.lat_ns += lat
                     h.lat_n += 1
