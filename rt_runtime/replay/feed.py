@@ -71,9 +71,9 @@ def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration
             yield FeedItem(t, msg.t_ns, msg.topic, route, None, str(e), "undecodable")
             continue
         head = getattr(obj, "header", None)
-        at = max(0, stamp_ns(head.stamp) - reader.start_ns) if head is not None else -1
-        yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(obj, msg.topic, msg.t_ns, last),
-                       stamp_ns=at)
+        stamp = stamp_ns(head.stamp) if head is not None else None
+        yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(stamp, msg.topic, msg.t_ns, last),
+                       stamp_ns=max(0, stamp - reader.start_ns) if stamp is not None else -1)
 
 
 def _ego_motion(reader: BagReader, routes: Mapping[str, IngressRoute]) -> EgoMotion | None:
@@ -85,12 +85,11 @@ def _ego_motion(reader: BagReader, routes: Mapping[str, IngressRoute]) -> EgoMot
     return EgoMotion(mounts={cal.frames[t]: tuple(p.mount4()) for t in moving if (p := cal.pose_of(t)) is not None})
 
 
-def _stamp_notes(obj: Any, topic: str, log_ns: int, last: dict[str, int]) -> tuple[tuple[str, str], ...]:
-    """What is odd about a used message's header stamp: backwards on its topic, far from its log time."""
-    head = getattr(obj, "header", None)
-    if head is None:
+def _stamp_notes(s: int | None, topic: str, log_ns: int, last: dict[str, int]) -> tuple[tuple[str, str], ...]:
+    """What is odd about a used message's header stamp ``s`` (None: it has none): backwards on its
+    topic, far from its log time."""
+    if s is None:
         return ()
-    s = stamp_ns(head.stamp)
     notes = []
     prev = last.get(topic)
     if prev is not None and s < prev:
