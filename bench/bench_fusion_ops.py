@@ -19,8 +19,6 @@ import argparse
 import dataclasses
 import importlib.util
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))      # bench_hot_ops' h
 
 import pipelines.stack  # noqa: E402
 import rt_runtime.drive as drive  # noqa: E402
-from bench_hot_ops import anchor_ms, op_times  # noqa: E402
+from bench_hot_ops import anchor_ms, bits, op_times, thread_scaling  # noqa: E402
 from rt_runtime import Graph, Op  # noqa: E402
 from rt_runtime.config.stack import load_stack  # noqa: E402
 from rt_runtime.exec import GraphExecutor  # noqa: E402
@@ -120,43 +118,14 @@ def every_tensor(graph: Graph) -> Graph:
     return Graph(graph.name, graph.ops, graph.inputs, [s.name for o in graph.ops for s in o.outputs])
 
 
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal dtype, shape and bytes (NaN included)."""
-    return a.dtype == b.dtype and a.shape == b.shape and a.numpy().tobytes() == b.numpy().tobytes()
-
-
 def compare(exs: dict[str, GraphExecutor], jobs: list[dict[str, torch.Tensor]]) -> list[str]:
     """Tensors (named with their job) where the executors' results differ."""
     diffs = []
     for i, job in enumerate(jobs):
         outs = {k: {n: t.clone() for n, t in ex.run(job).items()} for k, ex in exs.items()}
         ref, *others = outs.values()
-        diffs += [f"job {i}: {n}" for o in others for n in ref if not same_bits(ref[n], o[n])]
+        diffs += [f"job {i}: {n}" for o in others for n in ref if bits(ref[n]) != bits(o[n])]
     return diffs
-
-
-def thread_scaling(build: Callable[[], Graph], jobs: list[dict[str, torch.Tensor]], passes: int) -> tuple[float, float]:
-    """Wall ms of two executors' passes over ``jobs``: one after the other on one thread, and on two threads."""
-    exs = [GraphExecutor(build()) for _ in range(2)]
-
-    def work(ex: GraphExecutor) -> None:
-        for _ in range(passes):
-            for job in jobs:
-                ex.run(job)
-
-    for ex in exs:
-        ex.run(jobs[0])   # compile and warm
-    t0 = time.perf_counter()
-    for ex in exs:
-        work(ex)
-    t1 = time.perf_counter()
-    ths = [threading.Thread(target=work, args=(ex,)) for ex in exs]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    t2 = time.perf_counter()
-    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
 
 def main() -> None:

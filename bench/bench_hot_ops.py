@@ -21,9 +21,10 @@ import argparse
 import importlib.util
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -58,10 +59,11 @@ def anchor_ms(repeat: int = 5) -> float:
 
 
 def op_times(exs: dict[str, GraphExecutor], feeds: list[dict[str, Any]], passes: int,
-             feedback=None) -> tuple[dict[str, dict[str, float]], int]:  # noqa: ANN001
+             feedback=None, views: bool = False) -> tuple[dict[str, dict[str, float]], int]:  # noqa: ANN001
     """Median ms per op of each executor over ``passes`` passes over ``feeds`` (after a warm-up pass),
     the executors taking turns job by job so that load on a shared machine hits them alike; and the
-    number of jobs (all passes) whose outputs are not bit-equal across the executors."""
+    number of jobs (all passes) whose outputs (and, with ``views``, every planned tensor) are not
+    bit-equal across the executors."""
     names = {k: [o.name for o in ex.graph.ops] for k, ex in exs.items()}
     samples = {k: {n: [] for n in ns} for k, ns in names.items()}
     differing = 0
@@ -76,14 +78,40 @@ def op_times(exs: dict[str, GraphExecutor], feeds: list[dict[str, Any]], passes:
                 if p:
                     for i, n in enumerate(names[k]):
                         samples[k][n].append((ex.op_end_ns[i] - ex.op_start_ns[i]) / 1e6)
-                outs.append({n: _bits(v) for n, v in ex.outputs.items()})
+                outs.append({n: bits(v) for n, v in ex.outputs.items()}
+                            | ({f"view:{n}": bits(v) for n, v in ex.views.items()} if views else {}))
             differing += any(o != outs[0] for o in outs[1:])
     return {k: {n: statistics.median(v) for n, v in ops.items()} for k, ops in samples.items()}, differing
 
 
-def _bits(t: torch.Tensor) -> tuple:
+def bits(t: torch.Tensor) -> tuple:
     """A tensor's dtype, shape and bytes: equal exactly when bit-identical (NaN included)."""
     return t.dtype, tuple(t.shape), t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def thread_scaling(build: Callable[[], Any], feeds: list[dict[str, Any]], passes: int = 1) -> tuple[float, float]:
+    """Wall ms of two executors' ``passes`` over ``feeds``: one after the other on one thread, then on two
+    threads at once (after two untimed jobs each: TorchScript compiles, then optimises at its second call)."""
+    exs = [GraphExecutor(build()) for _ in range(2)]
+    for ex in exs:
+        for inputs in feeds[:2]:
+            ex.run(inputs)
+
+    def work(ex: GraphExecutor) -> None:
+        for _ in range(passes):
+            for inputs in feeds:
+                ex.run(inputs)
+
+    t0 = time.perf_counter()
+    for ex in exs:
+        work(ex)
+    t1 = time.perf_counter()
+    ths = [threading.Thread(target=work, args=(ex,)) for ex in exs]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    return (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
 
 
 def baseline_module(root: Path, name: str) -> Any:

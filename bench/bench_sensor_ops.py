@@ -15,10 +15,7 @@ Run: ``PYTHONPATH=. python bench/bench_sensor_ops.py [--passes N] [--baseline DI
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without install
 
-from bench.bench_hot_ops import anchor_ms, baseline_module  # noqa: E402
+from bench.bench_hot_ops import anchor_ms, baseline_module, op_times, thread_scaling  # noqa: E402
 from pipelines.camera import build_camera_graph  # noqa: E402
 from pipelines.radar import build_radar_graph  # noqa: E402
 from rt_runtime.bag import open_bag  # noqa: E402
@@ -58,57 +55,6 @@ def enlarged(frames: Feeds, width: int, height: int) -> Feeds:
     return out
 
 
-def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal shapes, dtypes and bytes (NaN equal to the same NaN)."""
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.view(-1).view(torch.uint8),
-                                                                      b.view(-1).view(torch.uint8))
-
-
-def op_times(exs: dict[str, GraphExecutor], feeds: Feeds, passes: int) -> tuple[dict[str, dict[str, float]], int]:
-    """Median ms per op of each executor over ``passes`` passes (after a warm-up pass), taking turns job by
-    job; and the number of jobs whose outputs and planned views differ between the executors."""
-    names = {k: [o.name for o in ex.graph.ops] for k, ex in exs.items()}
-    samples: dict[str, dict[str, list[float]]] = {k: {n: [] for n in ns} for k, ns in names.items()}
-    differ = 0
-    for p in range(passes + 1):
-        for inputs in feeds:
-            seen: list[dict[str, torch.Tensor]] = []
-            for k, ex in exs.items():
-                ex.run(inputs)
-                seen.append({**{n: v.clone() for n, v in ex.views.items()},
-                             **{f"out:{n}": v.clone() for n, v in ex.outputs.items()}})
-                if p:
-                    for i, n in enumerate(names[k]):
-                        samples[k][n].append((ex.op_end_ns[i] - ex.op_start_ns[i]) / 1e6)
-            ref = seen[0]
-            differ += any(set(s) != set(ref) or not all(same_bits(ref[n], s[n]) for n in ref) for s in seen[1:])
-    return {k: {n: statistics.median(v) for n, v in ops.items()} for k, ops in samples.items()}, differ
-
-
-def scaling(build: Callable[[], Any], feeds: Feeds) -> float:
-    """Throughput of two executors on two threads over ``feeds`` against one executor running both shares."""
-    exs = [GraphExecutor(build()) for _ in range(2)]
-    for ex in exs:
-        for inputs in feeds[:2]:   # compile and optimise (TorchScript's second call) outside the clock
-            ex.run(inputs)
-
-    def work(ex: GraphExecutor) -> None:
-        for inputs in feeds:
-            ex.run(inputs)
-
-    t0 = time.perf_counter()
-    work(exs[0])
-    work(exs[0])
-    one = time.perf_counter() - t0
-    threads = [threading.Thread(target=work, args=(ex,)) for ex in exs]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return one / (time.perf_counter() - t0)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--passes", type=int, default=3)
@@ -136,7 +82,8 @@ def main() -> None:
     a0 = anchor_ms()
     results = {}
     for graph, (makers, feeds) in graphs.items():
-        results[graph] = op_times({k: GraphExecutor(m()) for k, m in makers.items()}, feeds, args.passes)
+        results[graph] = op_times({k: GraphExecutor(m()) for k, m in makers.items()}, feeds, args.passes,
+                                  views=True)
     a1 = anchor_ms()
     keys = list(builders)
     print(f"torch {torch.__version__}, 1 thread; bag {bag.name}: {len(frames)} frames (letterboxed: "
@@ -154,9 +101,10 @@ def main() -> None:
             print(f"{graph:<9} jobs whose outputs or views differ from the baseline: {differ} "
                   f"of {len(graphs[graph][1]) * (args.passes + 1)}")
     if args.scaling:
-        print("two threads vs one (throughput; 2 executors, each over every job):")
+        print("two threads vs one (2 executors, each over every job: one after the other / at once):")
         for graph, (makers, feeds) in graphs.items():
-            print(f"{graph:<9}" + "".join(f"{k:>10} {scaling(m, feeds):.2f}x" for k, m in makers.items()))
+            ratios = {k: thread_scaling(m, feeds) for k, m in makers.items()}
+            print(f"{graph:<9}" + "".join(f"{k:>10} {one / two:.2f}x" for k, (one, two) in ratios.items()))
 
 
 if __name__ == "__main__":
