@@ -322,7 +322,7 @@ def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
     another worker's task (its longest op when known, else its whole budget)."""
     acts, fin, ops = dict(activations or {}), dict(on_finish or {}), dict(longest_op or {})
     where = {t.name: (partition or {}).get(t.name, 0) for t in tasks}
-    foreign = _foreign_blocking(tasks, where, ops) if steal else {}
+    stolen = _steal_blocking(tasks, where, ops) if steal else {}
     run_chains = [c for c in chains if c.deadline_ns is not None]
     run = {t.name: t for t in apply_chains(tasks, run_chains, policy)}
     head_of = {n: (c.tasks[0], int(c.deadline_ns)) for c in run_chains for n in c.tasks}   # type: ignore[arg-type]
@@ -365,10 +365,9 @@ def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
         analysed = [dataclasses.replace(run[t.name], period_ns=new[t.name].model.period_ns,
                                         jitter_ns=new[t.name].model.jitter_ns,
                                         priority=ranks.get(t.name, run[t.name].priority)) for t in tasks]
-        if foreign:
-            analysed = [_with_blocking(a, foreign[where[a.name]], [ops.get(o.name, 0) for o in tasks
-                                                                   if o.name != a.name and where[o.name] == where[a.name]])
-                        for a in analysed]
+        if stolen:
+            analysed = [dataclasses.replace(a, blocking_ns=max(a.blocking_ns or 0, stolen[a.name]))
+                        if stolen[a.name] > 0 else a for a in analysed]
         workers, resp, ok = [], {}, {}
         for w in sorted(set(where.values())):
             res, out = _analyse_worker(w, [a for a in analysed if where[a.name] == w], new, policy, ops, clock)
@@ -386,19 +385,17 @@ def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
     return HolisticResult(timings, tuple(workers), rounds, converged, tuple(dict.fromkeys(notes)))
 
 
-def _foreign_blocking(tasks: Sequence[Task], where: Mapping[str, int], ops: Mapping[str, int]) -> dict[int, int]:
-    """Worker -> the longest non-preemptive region of a task on another worker (``steal``)."""
+def _steal_blocking(tasks: Sequence[Task], where: Mapping[str, int], ops: Mapping[str, int]) -> dict[str, int]:
+    """Task -> its blocking term under ``steal``: one op of a job taken from another worker (the longest
+    there, else a whole budget), and, conservatively, the longest op of any other task on its worker
+    (which the derived term would have covered, and an explicit term replaces)."""
     out = {}
-    for w in set(where.values()):
-        out[w] = max((ops.get(t.name) or t.wcet_ns for t in tasks if where[t.name] != w), default=0)
+    for t in tasks:
+        w = where[t.name]
+        foreign = max((ops.get(o.name) or o.wcet_ns for o in tasks if where[o.name] != w), default=0)
+        local = max((ops.get(o.name, 0) for o in tasks if o.name != t.name and where[o.name] == w), default=0)
+        out[t.name] = max(foreign, local)
     return out
-
-
-def _with_blocking(t: Task, foreign_ns: int, local_ops: Sequence[int]) -> Task:
-    """``t`` with an explicit blocking term covering one op of a taken job (and, conservatively, the
-    longest op of any other task on its worker, which the derived term would have covered)."""
-    b = max(t.blocking_ns or 0, foreign_ns, max(local_ops, default=0))
-    return dataclasses.replace(t, blocking_ns=b) if b > 0 else t
 
 
 def runtime_order(tasks: Sequence[Task], policy: str) -> list[str]:
