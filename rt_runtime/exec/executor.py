@@ -32,7 +32,7 @@ from typing import Any, Iterator, Mapping
 
 from ..core.graph import Graph
 from ..core.tensor import ContractError
-from ..device.base import Device
+from ..device.base import Device, asynchronous
 from ..device.cpu import CpuDevice
 from ..memory.arena import Arena, PoolKind
 from ..memory.graph_plan import PoolPlan, plan_graph, workspace_key
@@ -54,7 +54,7 @@ class GraphExecutor:
         self.stream = self.device.stream(urgency)
         on_cuda = self.device.kind == "cuda"
         # Launch, then wait for completion: the device runs the ops later (cuda, and its twin cpu-async).
-        self.asynchronous = self.device.kind in ("cuda", "cpu-async")
+        self.asynchronous = asynchronous(self.device)
         self.capture_wanted = capture and on_cuda
         self.warmup = warmup
         self.pools: dict[PoolKind, PoolPlan] = plan_graph(graph, alignment, stage_inputs=self.capture_wanted)
