@@ -164,4 +164,7 @@ def build_radar_graph(device: str = "cpu", **params: object) -> Graph:
     radar = on_device(schema.radar_points(), device)
     clus = _cluster_op(p, dev, radar)
     objs = _objects_op(p, dev, radar, clus.outputs[0])
-    return Graph("radar", [clus, objs], inputs=[radar], outputs=["radar_objects", "radar_object_count"])
+    # NaN rows are ignored (``valid`` in ``_cluster``): a scan padded with them to its bound gives the same
+    # objects, so one CUDA graph captured at the bound serves every scan.
+    return Graph("radar", [clus, objs], inputs=[radar], outputs=["radar_objects", "radar_object_count"],
+                 pad={"radar": math.nan})

@@ -108,7 +108,21 @@ class StackRuntime:
                 "tasks_config": {x.name: {"period_ns": x.task.period_ns, "deadline_ns": x.task.deadline,
                                           "wcet_ns": x.task.wcet_ns, "priority": x.task.priority,
                                           "rank": rt.sched.tasks[x.name].prio, "trigger": x.task.trigger}
-                                 for x in b}}
+                                 for x in b},
+                "device": self.device.name, "graphs": self.graph_stats()}
+
+    def graph_stats(self) -> dict[str, dict[str, int]]:
+        """Per task graph (``task``, and ``task/fallback`` for a degraded mode's), its executor's counters:
+        runs (warm-up included), CUDA graph captures, replays, eager fallbacks, arena bytes (what
+        ``analyze`` shows under "graphs")."""
+        keys = ("jobs", "captures", "replays", "fallbacks", "arena_bytes", "graph_pool_bytes")
+        out = {}
+        for name, ts in sorted(self.rt.sched.tasks.items()):
+            for label, ex in zip((name, f"{name}/fallback"), ts.executors):
+                if ex is not None and hasattr(ex, "stats"):
+                    st = ex.stats()
+                    out[label] = {k: int(st.get(k, 0)) for k in keys}
+        return out
 
     def close(self) -> list[int]:
         """Stop the runtime, then the device's threads; returns the workers stuck in an op."""

@@ -127,5 +127,14 @@ def test_analyze_agrees_with_the_replay_summary(tmp_path: Path, capsys: pytest.C
     assert doc["chains"][0]["outputs"] > 0
     assert time.perf_counter() - t0 < 30
     assert doc["rta"]["policy"] == "edf" and "verdict" in doc["rta"]
+    # How each task's graph ran: on the CPU nothing is captured, every job runs eagerly, none "falls back".
+    graphs = doc["graphs"]
+    assert doc["trace"]["device"] == "cpu" and {n.split("/")[0] for n in graphs} == set(summary)
+    assert "planning/fallback" in graphs   # the degraded mode's graph is listed beside the nominal one
+    for name in summary:   # every finished job ran one of the task's graphs (plus two warm-up runs each)
+        runs = sum(g["jobs"] for n, g in graphs.items() if n.split("/")[0] == name)
+        assert runs >= result.tasks[name].finished, name
+    for name, g in graphs.items():
+        assert g["captures"] == g["replays"] == g["fallbacks"] == 0 and g["arena_bytes"] > 0, name
     for m in doc["misses"]:
         assert set([m["cause"]] if isinstance(m["cause"], str) else m["cause"]) <= CAUSES

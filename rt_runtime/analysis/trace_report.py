@@ -98,8 +98,8 @@ class TraceReport:
                           "end_ms": self.trace.span_ns[1] / 1e6, "policy": self.policy,
                           "clock": m.get("clock"), "timing": m.get("timing"), "workers": m.get("workers"),
                           "config": m.get("config"),
-                          "bag": m.get("bag"), "lost_events": m.get("lost_events", 0)},
-                "notes": self.notes, **({"hardware": self.hardware} if self.hardware is not None else {})}
+                          "bag": m.get("bag"), "lost_events": m.get("lost_events", 0), "device": m.get("device")},
+                "graphs": m.get("graphs", {}), "notes": self.notes, **({"hardware": self.hardware} if self.hardware is not None else {})}
 
 
 def _group_stats(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:

@@ -133,6 +133,17 @@ def rta_lines(rta: dict) -> list[str]:
     return out
 
 
+def graph_lines(graphs: dict[str, dict[str, int]], device: str) -> list[str]:
+    """Per task, how its graph ran on the device: runs (warm-up included), CUDA graph captures, replays, eager fallbacks."""
+    out = [f"graphs on {device} (captured: recorded once at set-up and replayed; fallback: a job run eagerly "
+           "although a capture was wanted)",
+           f"{'task':<20} {'runs':>7} {'captures':>8} {'replays':>8} {'fallbacks':>9} {'arena KiB':>10}"]
+    for name, g in graphs.items():
+        out.append(f"{name:<20} {g.get('jobs', 0):>7} {g.get('captures', 0):>8} {g.get('replays', 0):>8} "
+                   f"{g.get('fallbacks', 0):>9} {g.get('arena_bytes', 0) / 1024:>10.0f}")
+    return out
+
+
 def format_report(rep: TraceReport, source: str = "", limit: int = 20) -> str:
     """The whole text report."""
     tr = rep.trace
@@ -150,6 +161,8 @@ def format_report(rep: TraceReport, source: str = "", limit: int = 20) -> str:
     if rep.rta is not None:
         lines += ["", "schedulability (the analysis of rt-runtime check, rerun with the observed times)",
                   *rta_lines(rep.rta)]
+    if m.get("graphs"):
+        lines += ["", *graph_lines(m["graphs"], str(m.get("device") or "cpu"))]
     if rep.notes:
         lines += ["", *("note: " + n for n in rep.notes)]
     return "\n".join(lines)

@@ -4,15 +4,20 @@ Everything that can be wrong with a graph is found when it is built, never mid-j
 error names the cycle), dangling inputs, producer/consumer spec mismatches, unused outputs. The
 execution order is a topological order fixed once, with ties broken by declaration order, so two
 builds of the same graph run their ops in the same order.
+
+``pad`` is a graph's promise about a symbolic-size input: rows filled with that value (NaN, say)
+are ignored by its ops, so a job's outputs are the same whether the input has its own rows or is
+padded to its bound. A graph that promises it for every symbolic input is ``static``: one CUDA graph
+captured at the bounds replays every job (``exec.executor``), and the CPU twin checks the promise.
 """
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .op import Op
-from .tensor import ContractError, TensorSpec
+from .tensor import ContractError, Dim, TensorSpec
 
 
 class GraphError(ContractError):
@@ -36,7 +41,7 @@ class Graph:
     """A DAG of ops, the unit of work one job of a task runs."""
 
     def __init__(self, name: str, ops: Sequence[Op], inputs: Iterable[TensorSpec],
-                 outputs: Iterable[str | TensorSpec]) -> None:
+                 outputs: Iterable[str | TensorSpec], pad: Mapping[str, float] | None = None) -> None:
         self.name = name
         self.inputs: tuple[TensorSpec, ...] = tuple(inputs)
         out_names = [o.name if isinstance(o, TensorSpec) else o for o in outputs]
@@ -95,6 +100,20 @@ class Graph:
 
         self.ops: tuple[Op, ...] = self._topological(ops)
         self.op_index = {o.name: i for i, o in enumerate(self.ops)}
+        self.pad: dict[str, float] = self._check_pad(dict(pad or {}))
+
+    def _check_pad(self, pad: dict[str, float]) -> dict[str, float]:
+        """``pad``: per graph input whose first dim is symbolic, the value of rows the ops ignore."""
+        for t, v in pad.items():
+            spec = self.specs.get(t)
+            if spec is None or t in self.producer:
+                raise GraphError(self.name, f"pad names '{t}', which is not a graph input")
+            if not spec.shape or not isinstance(spec.shape[0], Dim):
+                raise GraphError(self.name, f"pad names '{t}', whose first dim is not symbolic "
+                                            f"(shape {spec._shape_str()}): there is nothing to pad")
+            if not isinstance(v, (int, float)):
+                raise GraphError(self.name, f"pad of '{t}': expected a number, found {v!r}")
+        return pad
 
     def _topological(self, ops: tuple[Op, ...]) -> tuple[Op, ...]:
         """Kahn's algorithm, ties broken by declaration order; a leftover means a cycle."""
@@ -163,6 +182,11 @@ class Graph:
     def capturable(self) -> bool:
         """True when every op may be recorded into one CUDA graph."""
         return all(o.capturable for o in self.ops)
+
+    @property
+    def static(self) -> bool:
+        """True when one captured graph serves every job: each symbolic input is padded to its bound."""
+        return all(s.is_static or s.name in self.pad for s in self.inputs)
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self.ops)} ops, in={[s.name for s in self.inputs]}, " \

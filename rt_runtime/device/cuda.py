@@ -68,6 +68,7 @@ class CudaDevice:
             set_deterministic(torch)
         self._owned: list[Any] = []
         self._copy: Any = None
+        self._graph_pools: dict[str, Any] = {}   # task -> its captured graphs' memory pool
 
     def alloc_arena(self, nbytes: int, alignment: int) -> Any:
         """One device allocation; the caching allocator returns 512-byte aligned blocks."""
@@ -145,12 +146,25 @@ class CudaDevice:
         """A pinned host tensor: an H2D/D2H copy from it is truly asynchronous (pageable memory is not)."""
         return self.torch.empty(numel, dtype=dtype, pin_memory=True)
 
-    def capture(self, body: Callable[[], None], stream: Any) -> Any:
-        """Record ``body``'s kernels into a CUDA graph on ``stream``; replay with ``graph.replay()``."""
+    def graph_pool(self, task: str) -> Any:
+        """The memory pool of ``task``'s captured graphs: one per task, shared by its executors (primary,
+        fallback, redundant copies), so graphs of one task reuse its memory and no other task's."""
+        pool = self._graph_pools.get(task)
+        if pool is None:
+            pool = self._graph_pools[task] = self.torch.cuda.graph_pool_handle()
+        return pool
+
+    def reserved_bytes(self) -> int:
+        """Bytes the caching allocator holds on this device (a capture's pool is the difference it makes)."""
+        return int(self.torch.cuda.memory_reserved(self._device))
+
+    def capture(self, body: Callable[[], None], stream: Any, pool: Any = None) -> Any:
+        """Record ``body``'s kernels into a CUDA graph on ``stream``, its memory from ``pool``; replay with
+        ``graph.replay()``."""
         torch = self.torch
         graph = torch.cuda.CUDAGraph()
         # thread_local: other worker threads may allocate or sync meanwhile without breaking this capture
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=pool, stream=stream, capture_error_mode="thread_local"):
             body()
         return graph
 

@@ -19,9 +19,14 @@ fills of the slots a job reads before its first op.
 
 On CUDA, with ``capture=True`` and a graph whose ops are all capturable, the whole graph is
 recorded into a CUDA graph at set-up (``prepare``, called by ``warm_up`` after its eager jobs, never
-inside a live job) and replayed from then on; a job whose
-input shapes differ from the captured ones runs eagerly instead. Captures, replays and eager
-fallbacks are counted.
+inside a live job) and replayed from then on. The graph reads fixed staging views of its inputs: an
+input the graph pads (``Graph.pad``) is staged at its bound, a job's rows first and the pad after
+them, so a LiDAR sweep or radar scan of any size replays the one graph; any other input is staged at
+its captured shape, and a job whose shape differs runs eagerly instead. The graph's memory comes from
+one pool per task (shared by its executors), counted in ``graph_pool_bytes``. Captures, replays and
+eager fallbacks are counted. ``pad_inputs=True`` is the CPU twin of capture at the bound: every job
+reads its padded inputs staged exactly as a captured graph would, eagerly, so CI checks a graph's pad
+promise (its outputs do not depend on the padding) without a GPU.
 """
 from __future__ import annotations
 
@@ -46,7 +51,7 @@ class GraphExecutor:
 
     def __init__(self, graph: Graph, device: Device | None = None, *, owner: str | None = None,
                  urgency: float = 0.0, alignment: int = 64, capture: bool = False, warmup: int = 2,
-                 check_inputs: bool = True) -> None:
+                 check_inputs: bool = True, pad_inputs: bool = False) -> None:
         self.graph = graph
         self.device: Device = device if device is not None else CpuDevice()
         self.owner = owner or graph.name
@@ -57,7 +62,12 @@ class GraphExecutor:
         self.asynchronous = asynchronous(self.device)
         self.capture_wanted = capture and on_cuda
         self.warmup = warmup
-        self.pools: dict[PoolKind, PoolPlan] = plan_graph(graph, alignment, stage_inputs=self.capture_wanted)
+        # The inputs staged at their bound, and the value of the rows past a job's own: a captured graph's,
+        # or every job's on the twin (``pad_inputs``).
+        self.padding: dict[str, float] = dict(graph.pad) if self.capture_wanted or pad_inputs else {}
+        self.pad_eager = pad_inputs and not self.capture_wanted and bool(self.padding)
+        self.pools: dict[PoolKind, PoolPlan] = plan_graph(graph, alignment,
+                                                          stage_inputs=self.capture_wanted or self.pad_eager)
         self.arenas: dict[PoolKind, Arena] = {}
         self.views: dict[str, Any] = {}
         for kind, pool in self.pools.items():
@@ -98,7 +108,12 @@ class GraphExecutor:
         self._cuda_graph: Any = None
         self._captured_shapes: dict[str, tuple[int, ...]] = {}
         self.prepared = False   # set-up done (prepare): capture tried once, before the first live job
+        self.graph_pool_bytes = 0   # what the captured graph's memory pool took (CUDA)
         self._staging: dict[str, Any] = {}
+        if self.pad_eager:
+            for spec in graph.inputs:
+                if spec.name in self.padding:
+                    self._staging[spec.name] = self._stage_view(spec, spec.max_shape)
 
     # ---- one job ----------------------------------------------------------------------------
     def bind(self, inputs: Mapping[str, Any]) -> None:
@@ -114,6 +129,12 @@ class GraphExecutor:
             for args, pos in self._input_slots[spec.name]:
                 args[pos] = x
 
+    def _bind_views(self, views: Mapping[str, Any]) -> None:
+        """Hand ``views`` (staged inputs, already checked as the job's own) to the ops that read them."""
+        for name, x in views.items():
+            for args, pos in self._input_slots[name]:
+                args[pos] = x
+
     def steps(self, inputs: Mapping[str, Any]) -> Iterator[int]:
         """Run one job, yielding the op index after each op (a preemption point)."""
         self.bind(inputs)
@@ -125,6 +146,9 @@ class GraphExecutor:
             self.fallbacks += 1
         elif self.capture_wanted and self.prepared:   # capture wanted but refused or failed at set-up
             self.fallbacks += 1
+        elif self.pad_eager:
+            self._fill_staging(inputs)
+            self._bind_views(self._staging)
         if self.asynchronous:
             yield from self._launch_steps(inputs)
             return
@@ -221,33 +245,51 @@ class GraphExecutor:
         return True
 
     def _capture(self, inputs: Mapping[str, Any]) -> None:
-        """Record the whole graph reading fixed staging copies of the inputs."""
-        io = self.arenas[PoolKind.IO]
+        """Record the whole graph reading fixed staging views of the inputs (padded ones at their bound)."""
         for spec in self.graph.inputs:
-            shape = tuple(inputs[spec.name].shape)
+            shape = spec.max_shape if spec.name in self.padding else tuple(inputs[spec.name].shape)
             self._captured_shapes[spec.name] = shape
-            stage = self.device.view(io.storage, io.plan.offsets[spec.name], spec, shape)
-            self.device.copy_(stage, inputs[spec.name])
-            self._staging[spec.name] = stage
-        self.bind(self._staging)
+            self._staging[spec.name] = self._stage_view(spec, shape)
+        self._fill_staging(inputs)
+        self._bind_views(self._staging)
 
         def body() -> None:
             for fn, args in self._calls:
                 fn(*args)
 
-        self._cuda_graph = self.device.capture(body, self.stream)  # type: ignore[attr-defined]
+        pool = self.device.graph_pool(self.owner.split("/")[0])  # type: ignore[attr-defined]
+        before = self.device.reserved_bytes()  # type: ignore[attr-defined]
+        self._cuda_graph = self.device.capture(body, self.stream, pool)  # type: ignore[attr-defined]
+        self.graph_pool_bytes = max(0, self.device.reserved_bytes() - before)  # type: ignore[attr-defined]
         self.captures += 1
 
+    def _stage_view(self, spec: Any, shape: tuple[int, ...]) -> Any:
+        """A fixed view of ``shape`` over the input's staging buffer in the IO arena."""
+        io = self.arenas[PoolKind.IO]
+        return self.device.view(io.storage, io.plan.offsets[spec.name], spec, shape)
+
+    def _fill_staging(self, inputs: Mapping[str, Any]) -> None:
+        """Copy the job's inputs into their staging views, on the task's stream (padding past their rows)."""
+        dev, stream, padding = self.device, self.stream, self.padding
+        for name, stage in self._staging.items():
+            dev.launch(stream, stage_rows, stage, inputs[name], padding.get(name))
+
     def _replayable(self, inputs: Mapping[str, Any]) -> bool:
-        shapes = self._captured_shapes
-        return all(tuple(inputs[n].shape) == s for n, s in shapes.items())
+        padding = self.padding
+        for name, shape in self._captured_shapes.items():
+            have = tuple(inputs[name].shape)
+            if name in padding:
+                if have[0] > shape[0] or have[1:] != shape[1:]:
+                    return False
+            elif have != shape:
+                return False
+        return True
 
     def _replay(self, inputs: Mapping[str, Any]) -> int:
         last = len(self._calls) - 1
         self.op_start_ns[0] = _now()
+        self._fill_staging(inputs)
         with self._stream_ctx:  # type: ignore[union-attr]
-            for name, stage in self._staging.items():
-                self.device.copy_(stage, inputs[name])
             self._cuda_graph.replay()
         self._marks[-1].record(self.stream)
         self._marks[-1].synchronize()   # the job ends when the replayed graph's work ends
@@ -258,13 +300,22 @@ class GraphExecutor:
     # ---- facts ------------------------------------------------------------------------------
     @property
     def arena_bytes(self) -> int:
-        """Bytes reserved in all of this executor's arenas."""
-        return sum(a.nbytes for a in self.arenas.values())
+        """Bytes reserved in all of this executor's arenas, and by its captured graph's pool."""
+        return sum(a.nbytes for a in self.arenas.values()) + self.graph_pool_bytes
 
     def stats(self) -> dict[str, int]:
         """Counters for diagnostics and the trace."""
         return {"jobs": self.jobs, "captures": self.captures, "replays": self.replays,
-                "fallbacks": self.fallbacks, "arena_bytes": self.arena_bytes}
+                "fallbacks": self.fallbacks, "arena_bytes": self.arena_bytes,
+                "graph_pool_bytes": self.graph_pool_bytes}
 
     def __repr__(self) -> str:
         return f"GraphExecutor({self.graph.name!r} on {self.device.name}, {self.arena_bytes} B in arenas)"
+
+
+def stage_rows(stage: Any, x: Any, pad: float | None) -> None:
+    """``x`` into the first rows of ``stage``, the rest of ``stage`` filled with ``pad`` (None: same shape)."""
+    n = x.shape[0]
+    stage[:n].copy_(x)
+    if pad is not None and n < stage.shape[0]:
+        stage[n:].fill_(pad)
