@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 LAYOUTS = ("contiguous", "NCHW", "NHWC", "channels_last", "strided")
-DEVICES = ("cpu", "cuda")
+# "meta": torch's tensors without data. A graph built for it runs its ops on shapes alone, so an op
+# with a data-dependent size or a host read raises: how CI checks that capturable ops are sync-free.
+DEVICES = ("cpu", "cuda", "meta")
 
 
 class ContractError(ValueError):
