@@ -192,9 +192,17 @@ def _boxes_op(p: LidarParams, dev: torch.device, theta: torch.Tensor, fine: torc
               deterministic=dev.type == "cpu")
 
 
-def build_lidar_graph(device: str = "cpu", **params: object) -> Graph:
-    """The LiDAR detector: ``points`` (N<=131072, 4) in base_link → ``boxes`` (MAX_BOXES, 8) + ``box_count``."""
+def build_lidar_graph(device: str = "cpu", static: bool | None = None, **params: object) -> Graph:
+    """The LiDAR detector: ``points`` (N<=131072, 4) in base_link → ``boxes`` (MAX_BOXES, 8) + ``box_count``.
+
+    ``static`` (default: off the CPU) builds the same detector with fixed shapes, every op capturable into
+    a CUDA graph (``pipelines/lidar_static.py``); on the CPU the dynamic one is faster."""
     p = LidarParams(**params)  # type: ignore[arg-type]
+    if static is None:
+        static = device != "cpu"
+    if static:
+        from pipelines.lidar_static import build_static_lidar_graph  # imported here: it builds on this module
+        return build_static_lidar_graph(p, device)
     dev = torch.device(device)
     pts = on_device(schema.points(), device)
     ground = _ground_op(p, dev, pts)
