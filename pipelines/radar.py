@@ -54,8 +54,10 @@ class RadarParams:
 
 @kernel
 def _cluster(radar: Tensor, radar_label: Tensor, eps_xy: float, eps_xy_per_m: float, eps_v: float,
-             max_prop_iters: int) -> None:
-    """Cluster ids (0, 1, ... in order of each component's root) of the detections, -1 where invalid."""
+             max_prop_iters: int, early_exit: bool) -> None:
+    """Cluster ids (0, 1, ... in order of each component's root) of the detections, -1 where invalid.
+    ``early_exit``: stop once the labels converge (a host read; off the CPU every pass runs, which changes
+    nothing once converged, so the graph can be captured)."""
     r = radar.shape[0]
     x, y, vr = radar[:, 0], radar[:, 1], radar[:, 3]
     valid = torch.isfinite(radar).all(1)
@@ -70,7 +72,7 @@ def _cluster(radar: Tensor, radar_label: Tensor, eps_xy: float, eps_xy_per_m: fl
         spread = torch.where(near, label[None, :], -1).amax(1) if r > 0 else label  # amax needs a column
         spread = torch.maximum(spread, label)
         spread = spread.take(spread)  # pointer jumping: labels never decrease, so this is safe
-        if torch.equal(spread, label):
+        if early_exit and torch.equal(spread, label):
             break
         label = spread
     root = label == ids
@@ -79,15 +81,15 @@ def _cluster(radar: Tensor, radar_label: Tensor, eps_xy: float, eps_xy_per_m: fl
     out.copy_(cid).masked_fill_(~valid, -1)
 
 
-def _cluster_op(p: RadarParams, dev: torch.device, radar: TensorSpec) -> Op:
+def _cluster_op(p: RadarParams, dev: torch.device, radar: TensorSpec, static: bool) -> Op:
     label_spec = TensorSpec("radar_label", (f"R<={schema.MAX_RADAR}",), "int64", str(dev))
     # the kernel's parameters as the plain floats and ints its signature takes
-    gates = (float(p.eps_xy), float(p.eps_xy_per_m), float(p.eps_v), int(p.max_prop_iters))
+    gates = (float(p.eps_xy), float(p.eps_xy_per_m), float(p.eps_v), int(p.max_prop_iters), not static)
 
     def cluster(radar: torch.Tensor, radar_label: torch.Tensor) -> None:
         _cluster(radar, radar_label, *gates)
 
-    return Op("radar_cluster", cluster, (radar,), (label_spec,), cost_us=1500)
+    return Op("radar_cluster", cluster, (radar,), (label_spec,), cost_us=1500, capturable=static)
 
 
 @kernel
@@ -137,7 +139,7 @@ def _objects(radar: Tensor, radar_label: Tensor, radar_objects: Tensor, radar_ob
     radar_object_count.copy_((top > 0).sum().view(1))
 
 
-def _objects_op(p: RadarParams, dev: torch.device, radar: TensorSpec, label: TensorSpec) -> Op:
+def _objects_op(p: RadarParams, dev: torch.device, radar: TensorSpec, label: TensorSpec, static: bool) -> Op:
     mc = schema.MAX_RADAR
     obj_spec = on_device(schema.radar_objects(), str(dev))
     count_spec = on_device(schema.count("radar_object_count"), str(dev))
@@ -154,16 +156,18 @@ def _objects_op(p: RadarParams, dev: torch.device, radar: TensorSpec, label: Ten
         _objects(radar, radar_label, radar_objects, radar_object_count, table, sums, *params)
 
     return Op("radar_objects", objects, (radar, label), (obj_spec, count_spec), workspace=(table_spec, sums_spec),
-              cost_us=800, deterministic=dev.type == "cpu")
+              cost_us=800, deterministic=dev.type == "cpu", capturable=static)
 
 
-def build_radar_graph(device: str = "cpu", **params: object) -> Graph:
-    """The radar clusterer: ``radar`` (R<=1024, 5) → ``radar_objects`` (MAX_RADAR_OBJECTS, 8) + count."""
+def build_radar_graph(device: str = "cpu", static: bool | None = None, **params: object) -> Graph:
+    """The radar clusterer: ``radar`` (R<=1024, 5) → ``radar_objects`` (MAX_RADAR_OBJECTS, 8) + count.
+    ``static`` (default: off the CPU): no host reads, every clustering pass runs, so it can be captured."""
     p = RadarParams(**params)  # type: ignore[arg-type]
     dev = torch.device(device)
+    static = device != "cpu" if static is None else static
     radar = on_device(schema.radar_points(), device)
-    clus = _cluster_op(p, dev, radar)
-    objs = _objects_op(p, dev, radar, clus.outputs[0])
+    clus = _cluster_op(p, dev, radar, static)
+    objs = _objects_op(p, dev, radar, clus.outputs[0], static)
     # NaN rows are ignored (``valid`` in ``_cluster``): a scan padded with them to its bound gives the same
     # objects, so one CUDA graph captured at the bound serves every scan.
     return Graph("radar", [clus, objs], inputs=[radar], outputs=["radar_objects", "radar_object_count"],
