@@ -10,6 +10,7 @@ from rt_runtime.safety.monitor import SafetyMonitor
 from rt_runtime.safety.redundancy import Redundant
 from rt_runtime.safety.spec import RedundancySpec
 from rt_runtime.sched import EventKind, RecordingSink, Runtime, TaskBinding, declared_cost
+from rt_runtime.sched.events import HOT
 
 MS = 1_000_000
 X, Y = TensorSpec("x", (2,), "float32"), TensorSpec("y", (2,), "float32")
@@ -94,3 +95,30 @@ def test_a_silent_sensor_degrades_and_a_long_silence_is_critical() -> None:
         (35, DEGRADED, "sensor_silent"), (60, MINIMAL_RISK, "sensor_silent")]
     assert mon.status()["silent"] == ["/x"] and "planning" in rt.sched.watchdog.held
     assert rt.stats()["planning"]["safety_state"] == MINIMAL_RISK   # diagnostics carry the state
+
+
+def test_the_monitor_acts_on_no_high_rate_kind() -> None:
+    # The scheduler sends the HOT kinds past the monitor (``Scheduler.hot``): it must not need them.
+    rt, _, _, _, mon = _planner_runtime()
+    before = (mon.machine.state, len(mon.machine.transitions), list(mon.detections), set(mon._missed), mon._dirty)
+    for kind in sorted(HOT):
+        for a in range(-1, 7):
+            mon.emit(kind, 10 * MS, "planning", 0, a, 1)
+            mon.emit(kind, 10 * MS, "planning", -1, a, 0)
+    assert (mon.machine.state, len(mon.machine.transitions), list(mon.detections), set(mon._missed),
+            mon._dirty) == before
+
+
+def test_the_tracer_beside_the_monitor_records_what_it_records_alone() -> None:
+    def traced(watched: bool) -> list:
+        rt, _, sink, _, mon = _planner_runtime()
+        if not watched:
+            rt.sched.sink = mon.inner   # the monitor taken out: every event straight to the recording sink
+        for k in range(6):
+            rt.push("/x", k * 10 * MS, torch.zeros(2))
+        rt.run_until(60 * MS)
+        return sink.events
+
+    alone, beside = traced(False), traced(True)
+    assert {e.kind for e in alone} >= {EventKind.OP_START, EventKind.FINISH, EventKind.PUBLISH, EventKind.COMPARE}
+    assert beside == alone   # a clean run: no SAFETY event either

@@ -67,7 +67,9 @@ class SafetyMonitor:
             from ..sched.events import FanoutSink
 
             s = self.rt.sched
+            hot = s.hot
             s.sink = FanoutSink(self.inner, self)
+            s.hot = hot   # it acts on no high-rate kind (``events.HOT``): those skip the fan-out
             s.tr = True
             # Diagnostics report every task's counters: the state rides along as one (0, 1, 2).
             s.tasks[self.planner].c["safety_state"] = self.machine.state

@@ -154,9 +154,9 @@ def _release(s: "Scheduler", job: RunJob, t: int, after: int, k: int) -> None:
     job.state = READY
     ts.c["released"] += 1
     if s.tr:
-        s.sink.emit(_K.RELEASE, t, ts.name, job.index, ts.worker, CHAIN_RELEASE)
-        s.sink.emit(_K.CHAIN, t, ts.name, job.index, after, k)
-        s.sink.emit(_K.SNAPSHOT, t, ts.name, job.index, len(job.inputs), 0)
+        s.hot.emit(_K.RELEASE, t, ts.name, job.index, ts.worker, CHAIN_RELEASE)
+        s.hot.emit(_K.CHAIN, t, ts.name, job.index, after, k)
+        s.hot.emit(_K.SNAPSHOT, t, ts.name, job.index, len(job.inputs), 0)
     s.queue(s.workers[ts.worker], job)
 
 

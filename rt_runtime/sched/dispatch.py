@@ -79,7 +79,7 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
             w.current = None
             job.ts.c["preemptions"] += 1
             if s.tr:
-                s.sink.emit(_K.PREEMPT, now, job.ts.name, job.index, w.index, job.ops_done)
+                s.hot.emit(_K.PREEMPT, now, job.ts.name, job.index, w.index, job.ops_done)
         else:
             return job
         while ready and ready[0][1].state == ABORTED:
@@ -98,9 +98,9 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
         job.gen = job.executor.steps(job.inputs)   # type: ignore[union-attr]
         job.ts.c["started"] += 1
         if s.tr:
-            s.sink.emit(_K.START, now, job.ts.name, job.index, w.index, job.fallback)
+            s.hot.emit(_K.START, now, job.ts.name, job.index, w.index, job.fallback)
     elif s.tr:
-        s.sink.emit(_K.RESUME, now, job.ts.name, job.index, w.index, job.ops_done)
+        s.hot.emit(_K.RESUME, now, job.ts.name, job.index, w.index, job.ops_done)
     job.state = RUNNING
     job.worker = w.index
     job.ts.on = w.index
@@ -183,8 +183,8 @@ def complete_op(s: Any, w: Worker, job: RunJob, idx: int, t0: int, t1: int, done
     before = job.exec_ns
     job.exec_ns = before + dt
     if s.tr and idx >= job.ops_done:   # (idx < ops_done: the executor ended without running an op)
-        s.sink.emit(_K.OP_START, t0, ts.name, job.index, idx, w.index)
-        s.sink.emit(_K.OP_END, t1, ts.name, job.index, idx, w.index)
+        s.hot.emit(_K.OP_START, t0, ts.name, job.index, idx, w.index)
+        s.hot.emit(_K.OP_END, t1, ts.name, job.index, idx, w.index)
     job.ops_done = idx + 1
     if err is not None:
         if not ts.c["errors"]:

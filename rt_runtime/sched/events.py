@@ -58,6 +58,12 @@ class EventKind(IntEnum):
     CHAIN = 18     # a chain member released by its predecessor's finish (which job of the predecessor)
 
 
+# The high-rate kinds (the bulk of a trace): the scheduler emits them through ``Scheduler.hot``, which a
+# listener installed beside the tracer that acts on none of them (``safety.monitor``) leaves alone.
+HOT = frozenset({EventKind.RELEASE, EventKind.SNAPSHOT, EventKind.START, EventKind.PREEMPT, EventKind.RESUME,
+                 EventKind.OP_START, EventKind.OP_END, EventKind.FINISH, EventKind.DROP, EventKind.MEASURED,
+                 EventKind.CHAIN})
+
 # Reaction codes (``a`` of REACTION).
 REACT_NONE, REACT_SKIP, REACT_ABORT, REACT_DEGRADE, REACT_RECOVER = 0, 1, 2, 3, 4
 REACT_SPEC_HIT, REACT_SPEC_MISS = 5, 6   # a speculative result committed / every hypothesis missed

@@ -89,14 +89,19 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                 started = True
                 if par is not None and job.comp is None and job.ts.deferred:
                     par.start(job)   # its ops are booked here without running; a pool thread computes it
-                if virtual:
+                if job.comp is not None:   # deferred: book its next op at its budget; nothing runs, nothing to measure
+                    idx = job.ops_done
+                    t0 = now
+                    w.busy_until = t1 = now + cost(job.ts.name, job.index, idx, job.executor.graph.ops[idx], 0)
+                    w.pending = (job, idx, now, idx >= job.last_op, None)
+                elif virtual:
                     m0 = mono()
                     first = job.ops_done
                     idx, done, err = run_op(job)
                     m = mono() - m0
-                    if hw and job.comp is None:   # the hardware timeline: what this step took here (deferred
-                        # jobs' steps are traced where they are settled)
-                        s.sink.emit(_MEASURED, now, job.ts.name, job.index, idx, m)
+                    if hw:   # the hardware timeline: what this step took here (a deferred job's steps are
+                        # traced where it is settled)
+                        s.hot.emit(_MEASURED, now, job.ts.name, job.index, idx, m)
                     if measured:
                         dt = m
                     else:

@@ -36,7 +36,7 @@ def snapshot(s: "Scheduler", ts: TaskState, job: RunJob, r: int, skip: Collectio
             continue
         m = ch.read(rid)
         if ch.last_read_drops and tr:
-            s.sink.emit(_K.DROP, r, ts.name, job.index, DROP_CHANNEL, ch.last_read_drops)
+            s.hot.emit(_K.DROP, r, ts.name, job.index, DROP_CHANNEL, ch.last_read_drops)
         if m is None:
             if gin in ts.defaults:   # optional: its empty default, stale
                 inputs[gin] = ts.defaults[gin]
@@ -48,7 +48,7 @@ def snapshot(s: "Scheduler", ts: TaskState, job: RunJob, r: int, skip: Collectio
                 ch2.unpin(s2)
             ts.c["no_input"] += 1
             if tr:
-                s.sink.emit(_K.DROP, r, ts.name, job.index, DROP_NO_INPUT, 1)
+                s.hot.emit(_K.DROP, r, ts.name, job.index, DROP_NO_INPUT, 1)
             return None
         st = ch.readers[rid].stale
         stale += st
@@ -68,7 +68,7 @@ def publish(s: "Scheduler", job: RunJob, t: int, at_finish: bool) -> None:
     for (_, ch), slot in zip(ts.writers, job.outs):
         seq = ch.commit(slot, t, job.stamp_ns)
         if ch.last_commit_drops and s.tr:
-            s.sink.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)
+            s.hot.emit(_K.DROP, t, ch.name, seq, DROP_CHANNEL, ch.last_commit_drops)
         if egress is not None:
             if ch.streamed:   # a device-to-host copy now; the driver waits for it after the lock
                 s.outbox.append((ch.name, t, seq, ch.egress_copy(slot)))

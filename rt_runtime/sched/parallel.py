@@ -58,6 +58,7 @@ from .job import ABORTED, FINISHED, RunJob
 from .pool import Computation, ComputePool, NoInput, record_compare
 
 _K = EventKind
+_MEASURED = int(EventKind.MEASURED)
 log = logging.getLogger("rt_runtime.sched")
 
 
@@ -213,9 +214,9 @@ class ParallelCommit:
         job = c.job
         s = self.s
         if self.hw:
-            name, index = job.ts.name, job.index
+            name, index, emit = job.ts.name, job.index, s.hot.emit
             for i, ns in enumerate(c.steps):
-                s.sink.emit(_K.MEASURED, t, name, index, i, ns)
+                emit(_MEASURED, t, name, index, i, ns)
         for verdict, copies in c.compares:
             s.emit(_K.COMPARE, t, job.ts.name, job.index, verdict, copies)
         err = c.error

@@ -142,17 +142,24 @@ class ComputePool:
 
     def submit(self, c: Computation, after: list[Computation]) -> None:
         """Queue ``c``; it runs once every computation in ``after`` is done."""
-        with self.cond:
-            c.after = after
-            for a in after:
-                if not a.done:
-                    a.dependents.append(c)
-                    c.waiting += 1
-            if not c.waiting:
-                self.ready.append(c)
-                self.cond.notify()
+        if not self.threads:   # the driver alone computes: no thread to lock out or wake
+            self._queue(c, after)
+        else:
+            with self.cond:
+                self._queue(c, after)
+                if not c.waiting:
+                    self.cond.notify()
         if self.eager:
             self.wait(c)
+
+    def _queue(self, c: Computation, after: list[Computation]) -> None:
+        c.after = after
+        for a in after:
+            if not a.done:
+                a.dependents.append(c)
+                c.waiting += 1
+        if not c.waiting:
+            self.ready.append(c)
 
     def cancel(self, c: Computation) -> None:
         """``c`` will not be needed: if no thread took it yet, it is done without running."""
@@ -165,6 +172,12 @@ class ComputePool:
     def wait(self, c: Computation) -> None:
         """Until ``c`` is done: compute it (or what it waits for) here if no thread took it, else other
         queued work, else sleep."""
+        if not self.threads:   # the driver alone: what ``c`` needs is queued here, in dependency order
+            while not c.done:
+                mine = self._needed(c)
+                self.ready.remove(mine)   # type: ignore[arg-type]
+                self._run(mine)   # type: ignore[arg-type]
+            return
         t0 = 0
         while not c.done:
             with self.cond:
@@ -200,6 +213,11 @@ class ComputePool:
         except BaseException as e:  # noqa: BLE001 - never leave the driver waiting for a dead thread
             c.error = c.error or e
         dt = time.thread_time_ns() - t0
+        if not self.threads:   # the driver alone: no other thread reads these
+            self.busy_ns += dt
+            self.driver_busy_ns += dt
+            self._done(c)
+            return
         with self.cond:
             self.busy_ns += dt
             if threading.get_ident() == self.driver:
@@ -214,7 +232,8 @@ class ComputePool:
                 self.ready.append(d)
         c.dependents = []
         c.after = []
-        self.cond.notify_all()
+        if self.threads:
+            self.cond.notify_all()
 
     def _loop(self) -> None:
         cond, ready = self.cond, self.ready

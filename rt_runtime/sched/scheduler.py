@@ -47,7 +47,7 @@ class Scheduler:
         self.channels = channels
         self.policy = policy
         self.key = policy.key   # the one definition of the ready-queue order
-        self.sink = sink
+        self.sink = sink   # also sets ``hot``
         self.tr = bool(getattr(sink, "enabled", True))
         self.egress = egress
         self.max_active = max_active
@@ -96,6 +96,18 @@ class Scheduler:
                 self.mark_nondeterministic(0, f"task '{ts.name}' publishes on finish")
 
     # ---- helpers ----------------------------------------------------------------------------
+    @property
+    def sink(self) -> EventSink:
+        """Where every event goes (``hot``: where the high-rate kinds go, the same sink unless set apart)."""
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: EventSink) -> None:
+        # The high-rate kinds (``events.HOT``) go to ``hot``: the new sink, unless a listener that acts on
+        # none of them (the safety monitor) then puts the tracer back there, to skip its fan-out.
+        self._sink = sink
+        self.hot = sink
+
     def emit(self, kind: int, t: int, task: str, index: int, a: int = 0, b: int = 0) -> None:
         """Forward an event to the sink (callers on hot paths test ``self.tr`` first)."""
         if self.tr:
@@ -174,7 +186,7 @@ class Scheduler:
         else:
             ch.write(t, data, stamp_ns)
         if ch.last_commit_drops and self.tr:
-            self.sink.emit(_K.DROP, t, name, ch.seq - 1, DROP_CHANNEL, ch.last_commit_drops)
+            self.hot.emit(_K.DROP, t, name, ch.seq - 1, DROP_CHANNEL, ch.last_commit_drops)
         for ts in self.triggers.get(name, ()):
             self.trigger(ts, t)
 
@@ -205,7 +217,7 @@ class Scheduler:
         if ts.active >= self.max_active:
             c["dropped_releases"] += 1
             if tr:
-                self.sink.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
+                self.hot.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
             if ts.trigger is not None:   # the message that released it is dropped with it
                 ch, rid = ts.trigger
                 s = ch.read(rid)
@@ -218,7 +230,7 @@ class Scheduler:
         job = RunJob(ts, idx, r, d, self.key(ts.prio, d, ts.name, r))
         c["released"] += 1
         if tr:
-            self.sink.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
+            self.hot.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
         if ts.readers:
             stale = snapshot(self, ts, job, r)
             if stale is None:
@@ -226,9 +238,9 @@ class Scheduler:
             if ts.meta is not None:
                 ts.meta.bind(job.meta_block, job.inputs)
             if tr:
-                self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
+                self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
         elif tr:
-            self.sink.emit(_K.SNAPSHOT, r, ts.name, idx, 0, 0)
+            self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, 0, 0)
         if ts.trigger is not None and not ts.trigger_is_input:
             ch, rid = ts.trigger
             s = ch.read(rid)
@@ -327,7 +339,7 @@ class Scheduler:
         if job.exec_ns > c["max_exec_ns"]:
             c["max_exec_ns"] = job.exec_ns
         if self.tr:
-            self.sink.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
+            self.hot.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
         for sp in self.speculators:   # a new output, or every worker idle now: wake a speculating worker
             cond = self.workers[sp.ts.worker].cond
             if cond is not None and sp.ts.worker != worker:
@@ -337,7 +349,7 @@ class Scheduler:
             job.state = DONE
             c["skipped"] += 1
             if self.tr:
-                self.sink.emit(_K.DROP, t, ts.name, job.index, DROP_OUTPUT, 1)
+                self.hot.emit(_K.DROP, t, ts.name, job.index, DROP_OUTPUT, 1)
         elif job.missed:                  # reaction "none": publish late, on finish
             job.state = DONE
             publish(self, job, t, True)
