@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))      # bench_hot_ops' h
 
 import pipelines.stack  # noqa: E402
 import rt_runtime.drive as drive  # noqa: E402
-from bench_hot_ops import anchor_ms, bits, op_times, thread_scaling  # noqa: E402
+from bench_hot_ops import anchor_ms, baseline_modules, bits, op_times, thread_scaling  # noqa: E402
 from rt_runtime import Graph, Op  # noqa: E402
 from rt_runtime.config.stack import load_stack  # noqa: E402
 from rt_runtime.exec import GraphExecutor  # noqa: E402
@@ -86,31 +86,24 @@ def recorded_jobs(bag: Path) -> tuple[list[dict[str, torch.Tensor]], dict[str, A
 
 
 def baseline_builder(root: Path) -> Callable[..., Graph]:
-    """``build_fusion_tracking`` of another checkout: its geometry, fusion and tracking, loaded by file."""
-    saved = {n: sys.modules[n] for n in ("pipelines.geometry", "pipelines.fusion", "pipelines.tracking")}
-    try:
-        for name in ("geometry", "fusion", "tracking"):   # each import of the next one finds the baseline's
-            spec = importlib.util.spec_from_file_location(f"baseline_{name}", root / "pipelines" / f"{name}.py")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = mod   # dataclasses look their module up
-            spec.loader.exec_module(mod)
-            sys.modules[f"pipelines.{name}"] = mod
-        # pipelines.stack's builder imports these modules at call time: the same function, these modules
-        stack_spec = importlib.util.spec_from_file_location("baseline_stack", root / "pipelines" / "stack.py")
-        stack = importlib.util.module_from_spec(stack_spec)
-        stack_spec.loader.exec_module(stack)
-        graph = stack.build_fusion_tracking
+    """``build_fusion_tracking`` of another checkout: its geometry, fusion and tracking (and their
+    kernels), loaded by file."""
+    names = ("geometry", "fusion", "tracking_kernels", "tracking")
+    base = baseline_modules(root, names)
+    # pipelines.stack's builder imports these modules at call time: the same function, these modules
+    stack_spec = importlib.util.spec_from_file_location("baseline_stack", root / "pipelines" / "stack.py")
+    stack = importlib.util.module_from_spec(stack_spec)
+    stack_spec.loader.exec_module(stack)
+    graph = stack.build_fusion_tracking
 
-        def build(**kw: Any) -> Graph:
-            old = {n: sys.modules[n] for n in saved}
-            sys.modules.update({n: sys.modules[f"baseline_{n.split('.')[1]}"] for n in saved})
-            try:
-                return graph(**kw)
-            finally:
-                sys.modules.update(old)
-        return build
-    finally:
-        sys.modules.update(saved)
+    def build(**kw: Any) -> Graph:
+        old = {n: sys.modules[f"pipelines.{n}"] for n in base}
+        sys.modules.update({f"pipelines.{n}": m for n, m in base.items()})
+        try:
+            return graph(**kw)
+        finally:
+            sys.modules.update({f"pipelines.{n}": m for n, m in old.items()})
+    return build
 
 
 def every_tensor(graph: Graph) -> Graph:

@@ -114,23 +114,46 @@ def thread_scaling(build: Callable[[], Any], feeds: list[dict[str, Any]], passes
     return (t1 - t0) * 1e3, (time.perf_counter() - t1) * 1e3
 
 
-def baseline_module(root: Path, name: str) -> Any:
-    """``pipelines/<name>.py`` of another checkout, loaded by file: the ``pipelines.geometry`` it imports
-    is that checkout's too (the shared helpers are part of a before/after); the rest comes from here."""
-    def load(n: str) -> Any:
-        spec = importlib.util.spec_from_file_location(f"baseline_{n}", root / "pipelines" / f"{n}.py")
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod          # dataclasses look their module up
-        spec.loader.exec_module(mod)
-        return mod
-
-    geometry = sys.modules.get("baseline_geometry") or load("geometry")
-    here = sys.modules["pipelines.geometry"]
-    sys.modules["pipelines.geometry"] = geometry
+def baseline_modules(root: Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """``pipelines/<name>.py`` of another checkout for each of ``names``, loaded by file in this order
+    (each once per process): while they load, ``pipelines.<name>`` (module and package attribute) is
+    the baseline's, so that each one's imports of the ones before it (``pipelines.geometry``, its
+    ``*_kernels``) find the baseline's; the rest comes from here. Names without a file are skipped."""
+    import pipelines
+    saved = {n: (sys.modules.get(f"pipelines.{n}"), getattr(pipelines, n, None)) for n in names}
+    loaded: dict[str, Any] = {}
     try:
-        return load(name)
+        for n in names:
+            path = root / "pipelines" / f"{n}.py"
+            if not path.exists():
+                continue
+            mod = sys.modules.get(f"baseline_{n}")
+            if mod is None:
+                spec = importlib.util.spec_from_file_location(f"baseline_{n}", path)
+                mod = importlib.util.module_from_spec(spec)
+                sys.modules[spec.name] = mod          # dataclasses look their module up
+                spec.loader.exec_module(mod)
+            sys.modules[f"pipelines.{n}"] = mod
+            setattr(pipelines, n, mod)               # ``from pipelines import x`` reads the attribute first
+            loaded[n] = mod
     finally:
-        sys.modules["pipelines.geometry"] = here
+        for n, (module, attr) in saved.items():
+            if module is not None:
+                sys.modules[f"pipelines.{n}"] = module
+            else:
+                sys.modules.pop(f"pipelines.{n}", None)
+            if attr is not None:
+                setattr(pipelines, n, attr)
+            elif hasattr(pipelines, n):
+                delattr(pipelines, n)
+    return loaded
+
+
+def baseline_module(root: Path, name: str) -> Any:
+    """``pipelines/<name>.py`` of another checkout, loaded by file, with that checkout's
+    ``pipelines/geometry.py`` and ``pipelines/<name>_kernels.py`` (the shared helpers and the op
+    bodies are part of a before/after)."""
+    return baseline_modules(root, ("geometry", f"{name}_kernels", name))[name]
 
 
 def lidar_feeds(bag: Path, topic: str) -> list[dict[str, torch.Tensor]]:

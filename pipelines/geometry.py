@@ -171,7 +171,9 @@ def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: Optional[t
         pts = torch.cat((pts, torch.zeros(2 - pts.shape[0], 2, device=route.device)))
     k = pts.shape[0]
     n = count.reshape(()).to(torch.long).clamp(max=min(k, route.shape[0]))
-    if fallback_pose is not None:
+    # On the host reading the count costs nothing, and a route of 2+ vertices (the usual case) needs
+    # no fallback line: it is built only where it may be used (always on CUDA: capturable).
+    if fallback_pose is not None and (route.device.type != "cpu" or not bool(n >= 2)):
         # A straight line through the ego pose (x, y, yaw), so a missing route still gives a reference.
         x, y, yaw = fallback_pose[0].float(), fallback_pose[1].float(), fallback_pose[2].float()
         d = torch.stack((torch.cos(yaw), torch.sin(yaw)))
@@ -203,14 +205,19 @@ def to_frenet(pl: Polyline, xy: torch.Tensor, s_guess: Optional[torch.Tensor] = 
     of (P, K): how the planner projects every predicted obstacle position cheaply.
     """
     if s_guess is None:
-        idx = torch.arange(pl.vec.shape[0], device=xy.device)[None, :]                  # (1, S)
+        s_n = pl.vec.shape[0]
+        idx = torch.arange(s_n, device=xy.device)[None, :]                              # (1, S)
+        # Every segment in order: the polyline's own rows as (1, S) views, not gathered copies.
+        vx, vy, ln = pl.vec[None, :, 0], pl.vec[None, :, 1], pl.length[None, :]
+        px, py = pl.p[None, :s_n, 0], pl.p[None, :s_n, 1]
     else:
         centre, _ = _locate(pl, s_guess)
         idx = centre[:, None] + torch.arange(-(window // 2), window - window // 2, device=xy.device)
         idx = torch.minimum(idx.clamp(min=0), pl.last)                                   # (P, W)
-    vx, vy, ln = pl.vec[idx, 0], pl.vec[idx, 1], pl.length[idx]
-    rx = xy[:, 0:1] - pl.p[idx, 0]
-    ry = xy[:, 1:2] - pl.p[idx, 1]
+        vx, vy, ln = pl.vec[idx, 0], pl.vec[idx, 1], pl.length[idx]
+        px, py = pl.p[idx, 0], pl.p[idx, 1]
+    rx = xy[:, 0:1] - px
+    ry = xy[:, 1:2] - py
     t = (rx * vx + ry * vy) / (ln * ln).clamp(min=1e-9)
     lo = torch.where(idx == 0, -math.inf, 0.0)
     hi = torch.where(idx == pl.last, math.inf, 1.0)

@@ -11,8 +11,8 @@ The five ops, each tensorized (no per-point or per-object Python loops):
    ground: only these are sorted) are binned into voxels (stable key sort, run starts, cumsum ids,
    ``index_add_`` sums) → voxel centroids and point counts, in the first ``voxel_count`` rows.
 3. ``lidar_cluster``: connected components (8-way) of the voxels' BEV occupancy grid. The occupied
-   cells are listed once (``unique``) with their 8 neighbours looked up in a dense cell → index
-   map; each cell starts with its own index, a 3x3 max over its neighbourhood spreads the largest
+   cells are listed once (``unique``, sorted) with their 8 neighbours found by binary search in that
+   list; each cell starts with its own index, a 3x3 max over its neighbourhood spreads the largest
    index over the component, and pointer jumping (``label = label[label]``) makes it converge in a
    few passes. Each component's root becomes a cluster id.
 4. ``lidar_merge``: a box per cluster (below), then clusters whose centroid lies inside another's
@@ -139,15 +139,12 @@ def _cluster_op(p: LidarParams, dev: torch.device, voxels: TensorSpec, vcount: T
     di = torch.tensor([-1, -1, -1, 0, 0, 0, 1, 1, 1], device=dev)
     dj = torch.tensor([-1, 0, 1, -1, 0, 1, -1, 0, 1], device=dev)
     label_spec = TensorSpec("voxel_label", (p.max_voxels,), "int64", str(dev))
-    grid_spec = TensorSpec("bev_cell", (g * g,), "int64", str(dev))
     range_m, cell, mc, iters = float(p.range_m), float(p.cluster_cell), int(p.max_clusters), int(p.max_prop_iters)
 
-    def cluster(voxels: torch.Tensor, voxel_count: torch.Tensor, voxel_label: torch.Tensor,
-                grid: torch.Tensor) -> None:
-        kernels.cluster(voxels, voxel_count, voxel_label, grid, di, dj, range_m, cell, g, mc, iters)
+    def cluster(voxels: torch.Tensor, voxel_count: torch.Tensor, voxel_label: torch.Tensor) -> None:
+        kernels.cluster(voxels, voxel_count, voxel_label, di, dj, range_m, cell, g, mc, iters)
 
-    return Op("lidar_cluster", cluster, (voxels, vcount), (label_spec,), workspace=(grid_spec,),
-              cost_us=3000)
+    return Op("lidar_cluster", cluster, (voxels, vcount), (label_spec,), cost_us=3000)
 
 
 def _box_rules(p: LidarParams) -> kernels.BoxRules:

@@ -52,22 +52,41 @@ def _solve(design: Tensor, ridge: Tensor, prior_row: Tensor, z: Tensor, w: Tenso
     return torch.linalg.solve_ex(aw.T @ design + ridge, rhs)[0]  # solve_ex: no error sync on CUDA
 
 
+def _lower_quartile(v: Tensor, have: Tensor) -> Tensor:
+    """``nanquantile(where(have, v, nan), 0.25)`` bit for bit (0 when nothing is had), by two partial
+    selections of the had values instead of a sort of all of ``v``."""
+    vals = v[have]
+    k = vals.shape[0]
+    if k == 0:
+        return torch.zeros((), dtype=v.dtype, device=v.device)
+    # nanquantile's rank 0.25 (k - 1) is exact in float32: its floor, ceiling and fraction are these.
+    lo = (k - 1) // 4
+    hi = lo + int((k - 1) % 4 > 0)
+    w = torch.full((1,), float((k - 1) % 4) * 0.25, dtype=v.dtype, device=v.device)
+    below = torch.kthvalue(vals, lo + 1)[0].view(1)
+    above = torch.kthvalue(vals, hi + 1)[0].view(1)
+    return torch.lerp(below, above, w).view(())   # nanquantile's interpolation, on the same shapes
+
+
 @kernel
 def ground(points: Tensor, plane: Tensor, height: Tensor, cells: Tensor, design: Tensor, ridge: Tensor,
            prior_row: Tensor, range_m: float, cell: float, band_m: float, g: int) -> None:
     """lidar_ground: the ground plane from the cells' lowest returns, and every point's height above it."""
     n = points.shape[0]
-    x, y, z = points[:, 0], points[:, 1], points[:, 2]
+    # x, y, z as contiguous rows: the point-wise ops below run on packed floats, not every 4th one.
+    xyz = points[:, :3].t().contiguous()
+    x, y, z = xyz[0], xyz[1], xyz[2]
     # Cell coordinates: inside the window they are >= 0, where truncation is the floor.
-    fx, fy = (x + range_m) / cell, (y + range_m) / cell
-    inside = (fx >= 0) & (fx < g) & (fy >= 0) & (fy < g) & torch.isfinite(z)
-    idx = torch.where(inside, fx.long() * g + fy.long(), g * g)
+    fxy = (xyz[:2] + range_m) / cell
+    inside = ((fxy >= 0) & (fxy < g)).all(0) & torch.isfinite(z)
+    ixy = fxy.long()
+    idx = torch.where(inside, ixy[0] * g + ixy[1], g * g)
     cells[:, 0].fill_(math.inf)
     cells[:, 1:].zero_()
     zmin = cells[:, 0].scatter_reduce_(0, idx, torch.where(inside, z, math.inf), "amin")[: g * g]
     have = torch.isfinite(zmin)
     # Most cells' lowest return is ground: start low in their distribution, then refit on inliers.
-    c0 = torch.nan_to_num(torch.nanquantile(torch.where(have, zmin, math.nan), 0.25), nan=0.0)
+    c0 = _lower_quartile(zmin, have)
     zmin = torch.where(have, zmin, c0)
     params = torch.stack([c0 * 0, c0 * 0, c0])
     for band in [1.0, 0.5, 0.25]:
@@ -91,14 +110,16 @@ def voxelize(points: Tensor, height: Tensor, voxels: Tensor, voxel_count: Tensor
     mv = voxels.shape[0]
     n = points.shape[0]
     h = height[:n]
-    fx = (points[:, 0] + range_m) / voxel
-    fy = (points[:, 1] + range_m) / voxel
-    keep = (h > band_m) & (h < max_height) & (fx >= 0) & (fx < nxy) & (fy >= 0) & (fy < nxy)
-    # Most returns are ground: sort the kept ones only (host sync; lidar_cluster syncs anyway).
+    # Most returns are ground: the height band alone drops them, so the window test and everything
+    # after it run on the points above the ground only (host sync; lidar_cluster syncs anyway).
+    above = ((h > band_m) & (h < max_height)).nonzero().squeeze(1)
+    fx = (points[above, 0] + range_m) / voxel
+    fy = (points[above, 1] + range_m) / voxel
+    inside = ((fx >= 0) & (fx < nxy) & (fy >= 0) & (fy < nxy)).nonzero().squeeze(1)
     # A stable sort keeps each voxel's points in cloud order, so the sums add up the same way.
-    sel = keep.nonzero().squeeze(1)
+    sel = above[inside]
     k = sel.shape[0]
-    key = (fx[sel].long() * nxy + fy[sel].long()) * nz + (h[sel] / voxel).long()
+    key = (fx[inside].long() * nxy + fy[inside].long()) * nz + (h[sel] / voxel).long()
     skey, order = keys_ws[:k], order_ws[:k]
     # The aten op by name: TorchScript has no out=(values, indices) for torch.sort, eager Python no values=.
     torch.ops.aten.sort(key, stable=True, dim=0, descending=False, values=skey, indices=order)
@@ -120,20 +141,25 @@ def voxelize(points: Tensor, height: Tensor, voxels: Tensor, voxel_count: Tensor
 
 
 @kernel
-def cluster(voxels: Tensor, voxel_count: Tensor, voxel_label: Tensor, grid: Tensor, di: Tensor, dj: Tensor,
+def cluster(voxels: Tensor, voxel_count: Tensor, voxel_label: Tensor, di: Tensor, dj: Tensor,
             range_m: float, cell: float, g: int, max_clusters: int, max_iters: int) -> None:
     """lidar_cluster: 8-connected components of the voxels' BEV cells; a cluster id per voxel."""
     nv = int(voxel_count)  # host sync: everything below is sized by the occupied cells
+    voxel_label.fill_(-1)
+    if nv == 0:
+        return
     ix = torch.floor((voxels[:nv, 0] + range_m) / cell).long().clamp(0, g - 1)
     iy = torch.floor((voxels[:nv, 1] + range_m) / cell).long().clamp(0, g - 1)
     cells, cell_of_voxel = torch.unique(ix * g + iy, return_inverse=True)
     m = cells.shape[0]
     ids = torch.arange(m, device=cells.device)
-    grid.fill_(-1)
-    grid.index_copy_(0, cells, ids)
     ni, nj = (cells // g)[:, None] + di, (cells % g)[:, None] + dj      # 8-neighbourhood and self
     ok = (ni >= 0) & (ni < g) & (nj >= 0) & (nj < g)
-    nbr = torch.where(ok, grid.take(torch.where(ok, ni * g + nj, 0)), -1)
+    # A neighbour's index is its position in the sorted occupied cells (a few hundred): a binary
+    # search, not a dense g x g map that would have to be cleared every sweep.
+    key = torch.where(ok, ni * g + nj, -1)
+    pos = torch.searchsorted(cells, key).clamp(max=m - 1)
+    nbr = torch.where(ok & (cells.take(pos) == key), pos, -1)
     has = nbr >= 0
     nbr = nbr.clamp(min=0)
     label = ids
@@ -145,7 +171,6 @@ def cluster(voxels: Tensor, voxel_count: Tensor, voxel_label: Tensor, grid: Tens
         label = spread
     root = label == ids
     cid = (torch.cumsum(root, 0) - 1).take(label).take(cell_of_voxel)
-    voxel_label.fill_(-1)
     voxel_label[:nv].copy_(cid).masked_fill_(cid >= max_clusters, -1)
 
 

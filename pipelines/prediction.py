@@ -111,14 +111,15 @@ def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -
     t = torch.arange(1, schema.HORIZON + 1, dtype=torch.float32, device=dev) * schema.DT_S   # (H,)
     centers = torch.tensor(p.road.centers, dtype=torch.float32, device=dev)
     q = _knobs(p)
+    on_cpu = dev.type == "cpu"
 
     def predict(tracks: Tensor, n: Tensor, route: Tensor, route_count: Tensor, *rest: Tensor) -> None:
         if p.accel:
             track_t, motion_in, motion_t_in, predictions, motion, motion_t = rest
-            _predict(tracks, n, route, route_count, t, centers, q, predictions,
+            _predict(tracks, n, route, route_count, t, centers, q, on_cpu, predictions,
                      track_t, motion_in, motion_t_in, motion, motion_t)
         else:
-            _predict(tracks, n, route, route_count, t, centers, q, rest[0], None, None, None, None, None)
+            _predict(tracks, n, route, route_count, t, centers, q, on_cpu, rest[0], None, None, None, None, None)
 
     outs = [on_device(schema.predictions(), device)]
     if p.accel:
@@ -129,9 +130,20 @@ def prediction_op(device: str = "cpu", params: PredictionParams | None = None) -
 
 @kernel
 def _predict(tracks: Tensor, n: Tensor, route: Tensor, route_count: Tensor, t: Tensor, centers: Tensor, q: Knobs,
-             predictions: Tensor, track_t: Optional[Tensor], motion_in: Optional[Tensor],
+             on_cpu: bool, predictions: Tensor, track_t: Optional[Tensor], motion_in: Optional[Tensor],
              motion_t_in: Optional[Tensor], motion: Optional[Tensor], motion_t: Optional[Tensor]) -> None:
     """The op's body; braking-aware when the speed state (``track_t`` ... ``motion_t``) is given."""
+    if on_cpu:
+        # Reading the count costs nothing on the host (on CUDA all slots stay: capturable). Every row
+        # is computed on its own, and an empty slot's predictions and motion are zeros (the masks
+        # below): compute the confirmed tracks only and write the zeros directly.
+        m = min(max(int(n[0]), 0), tracks.shape[0])
+        tracks = tracks[:m]
+        predictions[m:].zero_()
+        predictions = predictions[:m]
+        if motion is not None:
+            motion[m:].zero_()
+            motion = motion[:m]
     live = valid_mask(n, tracks.shape[0])
     p0 = tracks[:, 2:4]                                                         # x, y
     v = tracks[:, 4:6]                                                          # vx, vy

@@ -300,3 +300,34 @@ def test_kernels_write_what_their_python_bodies_write_bit_for_bit(monkeypatch):
     eager = run()
     bits = lambda t: (t.dtype, t.shape, t.reshape(-1).view(torch.uint8))  # noqa: E731 - NaN compares too
     assert all(bits(a)[:2] == bits(b)[:2] and torch.equal(bits(a)[2], bits(b)[2]) for a, b in zip(compiled, eager))
+
+
+def test_prediction_on_cpu_computes_the_confirmed_rows_only_with_the_all_slots_bits():
+    """On the CPU only rows [0, confirmed_count) are computed: the same bits as every slot computed
+    (the CUDA path), however the empty slots are filled, and zeros there."""
+    from pipelines import prediction
+    from pipelines.prediction import MOTION_COLS, PredictionParams, _knobs
+
+    p = PredictionParams(road=RoadLayout.uniform(3), accel=True)
+    t = torch.arange(1, schema.HORIZON + 1, dtype=torch.float32) * DT
+    centers = torch.tensor(p.road.centers, dtype=torch.float32)
+    g = torch.Generator().manual_seed(3)
+    tracks = torch.randn(schema.MAX_TRACKS, len(schema.TRACK_COLS), generator=g) * 40   # garbage past the count
+    tracks[:5, 0] = torch.arange(1.0, 6.0)
+    tracks[:5, 2:6] = torch.tensor([[60.0, 0.0, 12.0, 0.0], [90.0, 3.5, 9.0, 0.2], [40.0, -3.5, -11.0, 0.0],
+                                    [30.0, 9.0, 0.1, 0.0], [70.0, 1.0, 10.0, 2.0]])
+    motion_in = torch.zeros(schema.MAX_TRACKS, len(MOTION_COLS))
+    motion_in[:3] = torch.tensor([[2.0, 9.5, 0.0], [1.0, 12.4, -1.0], [40.0, 3.0, 0.0]])
+    track_t, motion_t_in = torch.tensor([4.1], dtype=torch.float64), torch.tensor([4.0], dtype=torch.float64)
+
+    def run(on_cpu: bool) -> list[torch.Tensor]:
+        outs = [torch.full((schema.MAX_TRACKS, schema.HORIZON, 2), math.nan),
+                torch.full((schema.MAX_TRACKS, len(MOTION_COLS)), math.nan), torch.zeros(1, dtype=torch.float64)]
+        prediction._predict(tracks, ONE(5), ROUTE, ONE(len(ROUTE)), t, centers, _knobs(p), on_cpu, outs[0],
+                            track_t, motion_in, motion_t_in, outs[1], outs[2])
+        return outs
+
+    sliced, full = run(True), run(False)
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(sliced, full))
+    assert sliced[0][5:].abs().sum() == 0 and sliced[1][5:].abs().sum() == 0
+    assert float(sliced[1][1, 2]) != 0.0 and sliced[0][:5].abs().sum() > 0   # rows were computed, a rate too
