@@ -97,7 +97,7 @@ class LidarParams:
     mount: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)  # sensor x, y, z, yaw in base_link
 
 
-def _ground_op(p: LidarParams, dev: torch.device, pts: TensorSpec) -> Op:
+def _ground_op(p: LidarParams, dev: torch.device, pts: TensorSpec, static: bool = False) -> Op:
     g = math.ceil(2 * p.range_m / p.ground_cell)
     centre = (torch.arange(g, device=dev, dtype=torch.float32) + 0.5) * p.ground_cell - p.range_m
     design = torch.stack([centre.repeat_interleave(g), centre.repeat(g), torch.ones(g * g, device=dev)], 1)
@@ -109,10 +109,10 @@ def _ground_op(p: LidarParams, dev: torch.device, pts: TensorSpec) -> Op:
     range_m, cell, band = float(p.range_m), float(p.ground_cell), float(p.ground_band)
 
     def ground(points: torch.Tensor, plane: torch.Tensor, height: torch.Tensor, cells: torch.Tensor) -> None:
-        kernels.ground(points, plane, height, cells, design, ridge, prior_row, range_m, cell, band, g)
+        kernels.ground(points, plane, height, cells, design, ridge, prior_row, range_m, cell, band, g, static)
 
     return Op("lidar_ground", ground, (pts,), (plane_spec, height_spec), workspace=(cells_spec,), cost_us=3000,
-              deterministic=dev.type == "cpu")
+              deterministic=dev.type == "cpu", capturable=static)
 
 
 def _voxelize_op(p: LidarParams, dev: torch.device, pts: TensorSpec, height: TensorSpec) -> Op:

@@ -70,8 +70,10 @@ def _lower_quartile(v: Tensor, have: Tensor) -> Tensor:
 
 @kernel
 def ground(points: Tensor, plane: Tensor, height: Tensor, cells: Tensor, design: Tensor, ridge: Tensor,
-           prior_row: Tensor, range_m: float, cell: float, band_m: float, g: int) -> None:
-    """lidar_ground: the ground plane from the cells' lowest returns, and every point's height above it."""
+           prior_row: Tensor, range_m: float, cell: float, band_m: float, g: int, static: bool) -> None:
+    """lidar_ground: the ground plane from the cells' lowest returns, and every point's height above it.
+    ``static``: the start's quartile from ``nanquantile`` over every cell (fixed shapes, capturable) instead of
+    a selection among the cells that have a return (faster, the same bits)."""
     n = points.shape[0]
     # x, y, z as contiguous rows: the point-wise ops below run on packed floats, not every 4th one.
     xyz = points[:, :3].t().contiguous()
@@ -86,7 +88,10 @@ def ground(points: Tensor, plane: Tensor, height: Tensor, cells: Tensor, design:
     zmin = cells[:, 0].scatter_reduce_(0, idx, torch.where(inside, z, math.inf), "amin")[: g * g]
     have = torch.isfinite(zmin)
     # Most cells' lowest return is ground: start low in their distribution, then refit on inliers.
-    c0 = _lower_quartile(zmin, have)
+    if static:
+        c0 = torch.nan_to_num(torch.nanquantile(torch.where(have, zmin, math.nan), 0.25), nan=0.0)
+    else:
+        c0 = _lower_quartile(zmin, have)
     zmin = torch.where(have, zmin, c0)
     params = torch.stack([c0 * 0, c0 * 0, c0])
     for band in [1.0, 0.5, 0.25]:

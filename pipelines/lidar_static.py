@@ -19,7 +19,6 @@ clusters), so the outputs are the dynamic graph's (``tests/test_lidar_static.py`
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import torch
@@ -237,7 +236,7 @@ def build_static_lidar_graph(p: lidar.LidarParams, device: str) -> Graph:
     dev = torch.device(device)
     pts = lidar.on_device(schema.points(), device)
     # The ground kernel is shape-static already: it bins NaN rows into a dump cell and gives them NaN heights.
-    ground = dataclasses.replace(lidar._ground_op(p, dev, pts), capturable=True)
+    ground = lidar._ground_op(p, dev, pts, static=True)
     plane, height = ground.outputs
     vox = _voxelize_op(p, dev, pts, height)
     voxels, vcount = vox.outputs

@@ -86,7 +86,7 @@ def test_a_pad_promise_is_checked_when_the_graph_is_built() -> None:
 
 
 def test_the_radar_graph_keeps_its_pad_promise_on_recorded_scans() -> None:
-    """Every radar scan of the built-in scenario, padded with NaN to the bound: the same objects in the same
+    """Radar scans of the built-in scenario, padded with NaN to the bound: the same objects in the same
     order. Floats agree to rounding, not always bit for bit: on the CPU, ``pow``/``log10`` of a short scan
     run partly on a scalar tail path where the padded one is all vectorized (1 ulp in the RCS, seen)."""
     from pipelines.radar import build_radar_graph
@@ -103,7 +103,9 @@ def test_the_radar_graph_keeps_its_pad_promise_on_recorded_scans() -> None:
     plain, padded = GraphExecutor(graph), GraphExecutor(capturable, pad_inputs=True)
     jobs = 0
     with open_bag(default_bag()) as reader:
-        for msg in reader.messages(topics=["/sensing/radar/points"]):
+        # One scan in 8: the capturable variant runs all 32 clustering passes over 1024 x 1024 at the bound,
+        # about 0.3 s a scan on the CPU (it is built for the GPU).
+        for msg in list(reader.messages(topics=["/sensing/radar/points"]))[::8]:
             scan = decode(INGRESS_CODECS["radar_points"], reader.decode(msg), msg.topic)["value"]
             x = torch.from_numpy(np.ascontiguousarray(scan))
             want = {k: v.clone() for k, v in plain.run({"radar": x}).items()}
@@ -113,7 +115,7 @@ def test_the_radar_graph_keeps_its_pad_promise_on_recorded_scans() -> None:
             assert torch.equal(got["radar_objects"][:, 6], want["radar_objects"][:, 6]), where   # detections each
             torch.testing.assert_close(got["radar_objects"], want["radar_objects"], rtol=1e-6, atol=1e-6, msg=where)
             jobs += 1
-    assert jobs > 100
+    assert jobs >= 25
 
 
 @pytest.mark.cuda
