@@ -43,14 +43,16 @@ def test_camera_graph_writes_what_its_python_bodies_write(frame: torch.Tensor, l
                              mean, inv_std)
         su, sv, ou, ov = 4 * src_w / rw, 4 * src_h / rh, ox * src_w / rw, oy * src_h / rh
     else:
-        camera.preprocess_into.py(img, x, torch.empty(96, 160, 3), 4, mean, inv_std, torch.empty(96, 640, 3))
+        pool, divisor = camera.block_pool(4)
+        camera.preprocess_into.py(img, x, torch.empty(96, 1920, dtype=torch.int16), torch.empty(96, 1920), pool,
+                                  torch.empty(96, 160, 3), divisor, mean, inv_std)
         su, sv, ou, ov = 16.0, 16.0, 0.0, 0.0
     assert torch.equal(x, ex.views["camera_input"])
     with torch.inference_mode():
         maps = load_net(str(WEIGHTS))(x)   # the nn.Module itself, not the graph's scripted copy
     assert torch.equal(maps, ex.views["camera_maps"])
     boxes, count = torch.empty(schema.MAX_CAMERA_BOXES, 6), torch.empty(1, dtype=torch.int32)
-    camera._decode.py(maps, boxes, count, NUM_CLASSES, su, sv, ou, ov, 0.3, 0.6)
+    camera._decode.py(maps, boxes, count, NUM_CLASSES, *camera.decode_at((su, sv), (ou, ov), "cpu"), 0.3, 0.6)
     assert int(count) > 0, "the frame has objects: the decode's every step is compared"
     assert torch.equal(boxes, out["camera_boxes"]) and torch.equal(count, out["camera_box_count"])
 
