@@ -81,7 +81,7 @@ def test_radar_graph_writes_what_its_python_bodies_write() -> None:
         out = ex.run({"radar": pts})
         assert radar._cluster.compiled is not None and radar._objects.compiled is not None
         label = torch.empty(pts.shape[0], dtype=torch.int64)
-        radar._cluster.py(pts, label, p.eps_xy, p.eps_xy_per_m, p.eps_v, p.max_prop_iters)
+        radar._cluster.py(pts, label, p.eps_xy, p.eps_xy_per_m, p.eps_v, p.max_prop_iters, True)
         assert torch.equal(label, ex.views["radar_label"][: pts.shape[0]])
         objs, count = torch.empty(schema.MAX_RADAR_OBJECTS, 8), torch.empty(1, dtype=torch.int32)
         sums = torch.empty(schema.MAX_RADAR + 1, 10)
