@@ -298,7 +298,7 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
     count_spec = on_device(schema.count("camera_box_count"), device)
     mean = torch.tensor(MEAN, device=device) * 255
     inv_std = 1.0 / (torch.tensor(STD, device=device) * 255)
-    net = script_module(DeployedNet(load_net(p.weights, device)))
+    net = script_module(DeployedNet(load_net(p.weights)).to(device))   # fused on the host, then moved
 
     def preprocess(image: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, sums: torch.Tensor,
                    block: torch.Tensor) -> None:

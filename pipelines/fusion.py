@@ -125,7 +125,7 @@ def _lidar_radar_op(p: FusionParams, device: str) -> Op:
         _fuse_lidar_radar(boxes, box_count, radar, radar_count, lr_objects, lr_count, *knobs)
 
     return Op("fuse_lidar_radar", fuse, (boxes_s, nbox_s, radar_s, nradar_s), (obj_s, nobj_s),
-              capturable=device.startswith("cuda"), cost_us=400.0)
+              capturable=device != "cpu", cost_us=400.0)
 
 
 def project_boxes(objects: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: float, cx: float, cy: float,
@@ -202,7 +202,7 @@ def _camera_op(p: FusionParams, device: str) -> Op:
         _fuse_camera(objects, count, cam_boxes, cam_count, fused, fused_count, rot, trans, *knobs)
 
     return Op("fuse_camera", fuse, (obj_s, nobj_s, cam_s, ncam_s), (fused_s, nfused_s),
-              capturable=device.startswith("cuda"), cost_us=400.0)
+              capturable=device != "cpu", cost_us=400.0)
 
 
 def fusion_ops(device: str = "cpu", params: FusionParams | None = None) -> list[Op]:

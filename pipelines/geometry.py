@@ -19,7 +19,7 @@ from rt_runtime import TensorSpec
 
 def on_device(spec: TensorSpec, device: str) -> TensorSpec:
     """The same contract on another device (the schema's specs are declared on the CPU)."""
-    dev = "cuda" if device.startswith("cuda") else "cpu"
+    dev = device.split(":")[0]   # "cuda:1" -> "cuda"; "meta" (shapes only: the capturability probe) stays
     return TensorSpec(spec.name, spec.shape, spec.dtype, dev, spec.layout, spec.alignment)
 
 

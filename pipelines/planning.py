@@ -125,8 +125,9 @@ def initial_accel(last: Tensor, odom: Tensor, p: PlannerParams) -> Tensor:
 def _candidates_op(p: PlannerParams, device: str) -> Op:
     dev = torch.device(device)
     road = p.road
-    allowed = torch.tensor([c for c, d in zip(road.centers, road.directions) if d > 0], device=dev)
+    allowed = torch.tensor([c for c, d in zip(road.centers, road.directions) if d > 0])   # read here: on the host
     lo, hi = float(allowed.min()), float(allowed.max())
+    allowed = allowed.to(dev)
     offsets = (torch.linspace(lo, hi, p.n_offsets, device=dev) if hi > lo else
                torch.linspace(lo - 0.3 * road.lane_width, lo + 0.3 * road.lane_width, p.n_offsets, device=dev))
     d_lo, d_hi = lo - road.lane_width / 2 + p.ego_width / 2, hi + road.lane_width / 2 - p.ego_width / 2
@@ -158,7 +159,7 @@ def _candidates_op(p: PlannerParams, device: str) -> Op:
 
 
 def _clearance_op(p: PlannerParams, device: str) -> Op:
-    dv = "cuda" if device.startswith("cuda") else "cpu"
+    dv = device.split(":")[0]
     dev = torch.device(device)
     c, e = p.n_candidates, p.tail_steps
     frac = torch.arange(1, e + 1, dtype=torch.float32, device=dev) / e
@@ -183,7 +184,7 @@ def _clearance_op(p: PlannerParams, device: str) -> Op:
 
 
 def _select_op(p: PlannerParams, device: str) -> Op:
-    dv = "cuda" if device.startswith("cuda") else "cpu"
+    dv = device.split(":")[0]
     c, e = p.n_candidates, p.tail_steps
     ins = (TensorSpec("candidates", (c, N + e, CAND_COLS), "float32", dv),
            TensorSpec("candidate_total", (c,), "float32", dv),
