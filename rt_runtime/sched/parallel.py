@@ -5,8 +5,8 @@ it computes, so the logical schedule (releases, starts, preemptions, finishes, d
 without running an op. The inline driver (``inline.py``) then books a *deferred* job's ops on the
 virtual clock without running them; at the job's start it hands the job's computation — bind the
 inputs it snapshotted, run its graph, copy its outputs into the slots it reserved — to N threads
-(``ComputePool``: N - 1 pool threads and the driver, which computes what it needs rather than
-sleep). A result is waited for only where something reads it, at logical
+(``ComputePool``: N pool threads, the driver computing only a result it waits for that no thread has
+taken; with N = 1 the driver alone). A result is waited for only where something reads it, at logical
 instants, in logical order (docs/CYCLE.md, "Parallel commit"):
 
 * the job's deadline, when it has finished in the logical schedule by then: its LET publish;
