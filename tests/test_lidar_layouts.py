@@ -159,6 +159,30 @@ def test_intensity_is_clipped_to_the_convention_and_absent_is_none():
     assert driver_layout(("a", "b")) is None
 
 
+@pytest.mark.parametrize("height", [1, 4])
+def test_four_floats_in_a_row_decode_as_one_block_with_the_same_conventions(height):
+    # x, y, z, intensity as four float32 at consecutive offsets (PCL PointXYZI; the simulator's, Velodyne's, Hesai's
+    # and Livox's clouds start so) take the ingress's one-copy path: the same rule for clipping, no-returns and
+    # NaN/Inf, into an array of the codec's own (not a view of the message, which the channel would adopt).
+    xyz, inten, _ = points()
+    inten = inten.copy()
+    inten[[3, 4]] = [300.0, 255.5]   # clipped to 255
+    inten[5] = np.inf                # on a no-return point, dropped with it: the sweep is kept
+    msg = cloud([("x", 0, F32), ("y", 4, F32), ("z", 8, F32), ("intensity", 12, F32)], 16,
+                [struct.pack("<ffff", *xyz[i], inten[i]) for i in range(N)], height=height)
+    out = decode(INGRESS_CODECS["lidar_points"], msg, "/points")["value"]
+    ok = np.isfinite(xyz).all(axis=1)
+    assert out.dtype == np.float32 and out.flags.c_contiguous and out.flags.writeable
+    assert not np.shares_memory(out, msg.data)
+    np.testing.assert_array_equal(out[:, :3], xyz[ok])
+    np.testing.assert_array_equal(out[:, 3], np.minimum(inten, 255.0)[ok])
+    inten[6] = np.inf                # on a kept point: the sweep is rejected
+    bad = cloud([("x", 0, F32), ("y", 4, F32), ("z", 8, F32), ("intensity", 12, F32)], 16,
+                [struct.pack("<ffff", *xyz[i], inten[i]) for i in range(N)], height=height)
+    with pytest.raises(IngressError, match="non-finite value.*in intensity"):
+        decode(INGRESS_CODECS["lidar_points"], bad, "/points")
+
+
 def sweep(vx: float, yaw_rate: float, mount=(1.2, 0.3, 1.9, 0.2)):
     """Static world points seen by a sensor on a moving ego, each fired at its own time: (raw, times, truth)."""
     world = RNG.uniform(-40, 40, (400, 3))   # in base_link at the stamp

@@ -34,18 +34,23 @@ STORAGE_SUFFIXES = {".mcap": "mcap", ".db3": "sqlite3"}
 # Damaged chunks already reported in this process (by text: bag and byte): a replay that reports one
 # is not followed by the same warning from each later reader of that bag (the quality measures).
 _DAMAGE_REPORTED: set[str] = set()
+# A message on its way to ``BagMessage``: log time, topic, CDR bytes (or a view of them), damage (kind, why).
+_Item = tuple[int, str, bytes | memoryview, tuple[str, str] | None]
+# A chunk's item for the merge by time: log time, the chunk's byte, topic (None: the chunk's start marker), ...
+_ChunkItem = tuple[int, int, str | None, bytes | memoryview, tuple[str, str] | None]
 
 
 class BagMessage(NamedTuple):
     """One raw message: topic, log time (ns), type name, CDR bytes and per-topic sequence number.
 
     ``damage``: (kind, why) for a message of a damaged MCAP chunk (kind ``crc``: the chunk's CRC does
-    not match its records; ``chunk``: it does not decompress); its ``raw_cdr`` is then empty."""
+    not match its records; ``chunk``: it does not decompress); its ``raw_cdr`` is then empty.
+    ``raw_cdr`` is bytes or a read-only view of them (an indexed MCAP's chunk, a salvaged file)."""
 
     topic: str
     t_ns: int
     msgtype: str
-    raw_cdr: bytes
+    raw_cdr: bytes | memoryview
     seq: int = 0
     damage: tuple[str, str] | None = None
 
@@ -55,25 +60,30 @@ def _by_time(item: tuple[Any, ...]) -> tuple[int, int]:
     return item[0], item[1]
 
 
-def _chunk_records(raw: bytes, at: int, cmap: dict[int, str], lo: int,
-                   hi: int) -> list[tuple[int, int, str | None, bytes, tuple[str, str] | None]]:
-    """The wanted message records of a decompressed chunk (starting at byte ``at``), in file order."""
-    out: list[tuple[int, int, str | None, bytes, tuple[str, str] | None]] = []
+_RECORD = struct.Struct("<BQ")          # op, length
+_MESSAGE = struct.Struct("<HIQQ")       # channel id, sequence, log time, publish time (then the data)
+
+
+def _chunk_records(raw: bytes, at: int, cmap: dict[int, str], lo: int, hi: int) -> list[_ChunkItem]:
+    """The wanted message records of a decompressed chunk (starting at byte ``at``), in file order;
+    each message's data is a view into ``raw`` (no copy: a LiDAR sweep or an image is a megabyte)."""
+    out: list[_ChunkItem] = []
+    view = memoryview(raw)
+    record, message = _RECORD.unpack_from, _MESSAGE.unpack_from
     pos, end = 0, len(raw)
     while pos < end:
         if pos + 9 > end:
             raise ReaderError(f"the chunk at byte {at} ends inside a record header ({end - pos} bytes left)")
-        op = raw[pos]
-        (size,) = struct.unpack_from("<Q", raw, pos + 1)
+        op, size = record(raw, pos)
         body, nxt = pos + 9, pos + 9 + size
         if nxt > end:
             raise ReaderError(f"the chunk at byte {at} has a record of {size} bytes at {pos}, past its {end} bytes")
         if op == 0x05:   # Message: channel id, sequence, log time, publish time, data
             if size < 22:
                 raise ReaderError(f"the chunk at byte {at} has a message record of {size} bytes at {pos}")
-            cid, _seq, t, _pub = struct.unpack_from("<HIQQ", raw, body)
+            cid, _seq, t, _pub = message(raw, body)
             if lo <= t < hi and cid in cmap:
-                out.append((t, at, cmap[cid], raw[body + 22:nxt], None))
+                out.append((t, at, cmap[cid], view[body + 22:nxt], None))
         pos = nxt
     return out
 
@@ -301,8 +311,7 @@ class BagReader:
         else:
             yield from self._from_salvage(wanted, start_ns, stop_ns)
 
-    def _indexed(self, wanted: set[str], start_ns: int | None,
-                 stop_ns: int | None) -> Iterator[tuple[int, str, bytes, tuple[str, str] | None]]:
+    def _indexed(self, wanted: set[str], start_ns: int | None, stop_ns: int | None) -> Iterator[_Item]:
         assert self._reader is not None
         conns = [c for c in self._reader.connections if c.topic in wanted]
         if not conns:
@@ -339,7 +348,7 @@ class BagReader:
         return storages
 
     def _mcap_messages(self, storage: Any, wanted: set[str], start_ns: int | None,
-                       stop_ns: int | None) -> Iterator[tuple[int, str, bytes, tuple[str, str] | None]]:
+                       stop_ns: int | None) -> Iterator[_Item]:
         """One indexed MCAP file's messages by time; a chunk is read when the merge reaches its start
         (as in rosbags), and a damaged chunk yields its messages (from its message index) as damaged."""
         cmap = {c.id: c.topic for c in storage.connections if c.topic in wanted}
@@ -352,8 +361,7 @@ class BagReader:
             if topic is not None:   # None: a chunk's start marker
                 yield t, topic, raw, damage
 
-    def _chunk(self, storage: Any, chunk: Any, cmap: dict[int, str], lo: int,
-               hi: int) -> Iterator[tuple[int, int, str | None, bytes, tuple[str, str] | None]]:
+    def _chunk(self, storage: Any, chunk: Any, cmap: dict[int, str], lo: int, hi: int) -> Iterator[_ChunkItem]:
         """A chunk's wanted messages in time order, after a marker at its start time (nothing read yet)."""
         at = chunk.chunk_start_offset
         yield chunk.message_start_time, at, None, b"", None
@@ -381,7 +389,7 @@ class BagReader:
         yield from sorted(_chunk_records(raw, at, cmap, lo, hi), key=_by_time)
 
     def _damaged(self, storage: Any, chunk: Any, cmap: dict[int, str], lo: int, hi: int,
-                 damage: tuple[str, str]) -> list[tuple[int, int, str | None, bytes, tuple[str, str] | None]]:
+                 damage: tuple[str, str]) -> list[_ChunkItem]:
         """Stand-ins for a damaged chunk's wanted messages, at their times in its message index (outside
         the chunk); if that is damaged too, one per message the summary counts, at the chunk's start."""
         at, bio = chunk.chunk_start_offset, storage.bio
@@ -403,11 +411,11 @@ class BagReader:
         found.sort(key=lambda f: (f[0], f[1]))
         return [(t, at, topic, b"", damage) for t, _rel, topic in found]
 
-    def _ordered(self, stream: Iterator[tuple[int, str, bytes, tuple[str, str] | None]]) -> Iterator[BagMessage]:
+    def _ordered(self, stream: Iterator[_Item]) -> Iterator[BagMessage]:
         # rosbags yields in timestamp order with ties in file order; we sort each tie group by
         # topic (stable sort keeps file order within a topic) and number messages per topic.
         seq: Counter[str] = Counter()
-        group: list[tuple[int, str, bytes, tuple[str, str] | None]] = []
+        group: list[_Item] = []
         for item in stream:
             if group and item[0] != group[0][0]:
                 yield from self._emit(group, seq)
@@ -415,8 +423,7 @@ class BagReader:
             group.append(item)
         yield from self._emit(group, seq)
 
-    def _emit(self, group: list[tuple[int, str, bytes, tuple[str, str] | None]],
-              seq: Counter[str]) -> Iterator[BagMessage]:
+    def _emit(self, group: list[_Item], seq: Counter[str]) -> Iterator[BagMessage]:
         if len(group) > 1:
             group.sort(key=lambda g: g[1])
         for t, topic, raw, damage in group:

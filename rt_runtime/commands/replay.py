@@ -26,6 +26,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--parallel", type=A.int_range(1, 1024, what="a thread count from 1 to 1024"), metavar="N", help="threads computing jobs under budget timing, "
                    "committed in logical order: one digest for every N (default: the number of cores; "
                    "docs/REPLAY.md, --workers and --parallel)")
+    p.add_argument("--reader", choices=("auto", "thread", "process"), default="auto",
+                   help="where the bag is read and decoded: a thread, a child process (off the driver's GIL), or "
+                        "auto (the process where the replay reads 128 MiB or more and --parallel leaves a core free)")
     p.add_argument("--device", type=A.device, help="cpu, cpu-async (the asynchronous CPU twin of CUDA: ops "
                    "launched on stream threads, completion events), cuda or cuda:N (default: the config's)")
     p.add_argument("--trace", help="write a trace file for `rt-runtime analyze`")
@@ -191,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
                         out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
                         until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
                         timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
-                        parallel=args.parallel)
+                        parallel=args.parallel, reader=args.reader)
     except (ConfigError, ReplayError, BagError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     interrupted = result.extra.get("interrupted")

@@ -22,7 +22,7 @@ import numpy as np
 from ..bag import CodecError, cloud_to_array, cloud_xyz
 from ..bag.deskew import deskew
 from ..bag.image import RGB8_ENCODINGS, compressed_to_rgb8, image_to_rgb8
-from ..bag.lidar_layouts import driver_layout, point_intensity, point_times
+from ..bag.lidar_layouts import INTENSITY_MAX, driver_layout, point_intensity, point_times
 from ..bag.types import stamp_ns
 
 
@@ -115,15 +115,53 @@ def _radar_nonfinite(msg: Any, value: dict[str, np.ndarray]) -> str | None:
     return _any_nonfinite(value, ("x", "y", "z", "doppler", "rcs"))
 
 
+# The fields that, as four native float32 at consecutive offsets, a sweep is decoded from as one block.
+_XYZI = ("x", "y", "z", "intensity")
+# 16 opaque bytes: x, y, z, intensity copied as they are (a float copy could be slower, never different).
+_ROW16 = np.dtype((np.void, 16))
+
+
+def _xyzi_fast(pts: np.ndarray, layout: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(N, 4) x, y, z, clipped intensity of the finite points and the keep mask, for the common layouts
+    (x, y, z, intensity native float32 at consecutive offsets, rows without padding); None otherwise.
+
+    One pass per x/y/z column for the mask and one copy of the kept 16-byte rows, where the general
+    path copies each field, the intensity twice, and compacts the result."""
+    fields = pts.dtype.fields
+    if layout is None or layout.intensity != "intensity" or fields is None or pts.size == 0:
+        return None
+    x_off = fields["x"][1]
+    if any(fields[n][0] != np.float32 or fields[n][1] != x_off + 4 * i for i, n in enumerate(_XYZI)):
+        return None
+    if pts.ndim == 2 and pts.strides[0] != pts.shape[1] * pts.strides[1]:
+        return None   # padded rows: the general path
+    flat = pts.reshape(-1)   # a view: rows are contiguous
+    step = flat.strides[0]
+    xyzi = np.ndarray((flat.shape[0], 4), np.float32, buffer=flat, offset=x_off, strides=(step, 4))
+    ok = np.isfinite(xyzi[:, 0]) & np.isfinite(xyzi[:, 1]) & np.isfinite(xyzi[:, 2])
+    rows = np.ndarray(flat.shape, _ROW16, buffer=flat, offset=x_off, strides=(step,))
+    out = (np.array(rows) if ok.all() else rows[ok]).view(np.float32).reshape(-1, 4)
+    inten = out[:, 3]
+    high = inten > INTENSITY_MAX
+    if high.any():   # as ``point_intensity``: finite values above the range are clipped, NaN/Inf stay
+        inten[high & np.isfinite(inten)] = np.float32(INTENSITY_MAX)
+    return out, ok
+
+
 def _lidar_columns(msg: Any, topic: str, with_time: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """(N, 4) x, y, z, intensity (the convention of ``bag.lidar_layouts``) of the finite points, and
     their times since the stamp when ``with_time`` and the layout has them."""
     pts = cloud_to_array(msg, topic)
     layout = driver_layout(pts.dtype.names)
-    flat = pts.reshape(-1)
     missing = [n for n in ("x", "y", "z") if n not in (pts.dtype.names or ())]
     if missing:
         raise CodecError(f"point cloud has no field(s) {missing}; it has {pts.dtype.names}")
+    fast = _xyzi_fast(pts, layout)
+    if fast is not None:
+        out, ok = fast
+        times = point_times(pts, layout, stamp_ns(msg.header.stamp)) if with_time else None
+        return out, (times[ok] if times is not None and not ok.all() else times)
+    flat = pts.reshape(-1)
     out = np.empty((len(flat), 4), np.float32)
     for i, n in enumerate(("x", "y", "z")):
         out[:, i] = flat[n]   # one strided copy per field, converting byte order and type

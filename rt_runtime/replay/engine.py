@@ -43,7 +43,8 @@ from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
 from ..sched.events import EventKind
 from ..trace import TraceColumns, TraceRing, save_trace
-from .feed import decoded_feed, prefetched
+from .feed import codec_problems, decoded_feed, prefetched
+from .feed_process import READERS, ProcessFeed, bag_bytes, reader_kind
 from .parallel import parallel_threads
 
 DIAGNOSTICS_TOPIC = "/diagnostics"
@@ -133,7 +134,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
            speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
            replace: bool = False, stop: Callable[[], str | None] | None = None,
-           parallel: int | None = None) -> ReplayResult:
+           parallel: int | None = None, reader: str = "auto") -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -155,104 +156,119 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     name once one arrived): the replay then ends after the message before, the output bag is closed
     readable and marked partial, the trace's metadata says ``"partial": true``, and
     ``ReplayResult.extra["interrupted"]`` names the signal.
+    ``reader``: where the bag is read and decoded, ahead of the driver: ``"thread"`` (a thread here),
+    ``"process"`` (a child process, off this process's GIL; it starts while the stack builds) or
+    ``"auto"`` (the process where the replay reads ``feed_process.PROCESS_MIN_BYTES`` or more and the
+    ``parallel`` threads leave a core free).
     """
     from .outputs import OutputCollector
 
+    if reader not in READERS:
+        raise ReplayError(f"reader: expected one of {', '.join(READERS)}, found {reader!r}")
     try:
-        reader = open_bag(bag_path)
+        bag = open_bag(bag_path)
     except BagError as e:
         raise ReplayError(str(e)) from None
     wanted = {r.topic: r for r in cfg.ingress}
-    missing = sorted(set(wanted) - set(reader.topics))
+    missing = sorted(set(wanted) - set(bag.topics))
     problems = [f"{bag_path}: the configuration needs topic(s) {missing} that the bag does not have; "
-                f"the bag has {sorted(reader.topics)} (remap with --remap FROM=TO)"] if missing else []
-    problems += codec_problems(cfg, reader.topics)
+                f"the bag has {sorted(bag.topics)} (remap with --remap FROM=TO)"] if missing else []
+    problems += codec_problems(cfg, bag.topics)
     if problems:
-        reader.close()
+        bag.close()
         raise ReplayError(problems[0] if len(problems) == 1 else
                           f"{bag_path}: {len(problems)} problems, one per line:\n" + "\n".join(problems))
 
-    import torch
+    duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
+    # The reader process starts first: its start-up overlaps building and warming the stack.
+    computing = max(1, parallel if parallel is not None else os.cpu_count() or 1)   # as parallel_threads asks
+    in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
+    feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
+    try:
+        import torch
 
-    if timing not in TIMINGS:
-        raise ReplayError(f"--timing: expected one of {', '.join(TIMINGS)}, found {timing!r}")
-    bindings, initial = build_bindings(cfg, speculate=speculate)
-    workers = workers or cfg.workers
-    virtual = speed == "max"
-    if not virtual:
-        timing = "wall"
-    elif cost is None:
-        cost = BudgetCost(bindings) if timing == "budget" else cpu_time_cost
-    clock = VirtualClock() if virtual else WallClock(rate=float(speed))
-    ring = TraceRing(1 << 20)
-    parts: list[TraceColumns] = []
-    writer: BagWriter | None = None   # created once the stack is built and warm (below)
-    if retain_channels is None:
-        retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
-    collector = OutputCollector(cfg.egress, cfg.frame, reader.start_ns, writer, retain=quality is not None,
-                                background=True,
-                                retain_channels=retain_channels)
-    ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
-    chains, notes = run_chains(cfg, bindings)
-    threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
-    for note in notes:
-        print(f"rt-runtime replay: note: {note}", file=sys.stderr)
-    stack = open_stack(cfg, bindings, initial, clock=clock, workers=workers, cost=cost, sink=ring,
-                       egress=collector.on_publish, chains=chains, parallel=threads or None,
-                       adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
-                       # on the wall clock a speculating task needs worker threads (the inline driver does not
-                       # speculate), and SCHED_FIFO applies where the OS permits unless the config's realtime: says
-                       threaded=not virtual and (workers > 1 or any(b.speculate is not None for b in bindings)),
-                       realtime=True)
-    rt = stack.rt
-    rt.sched.hw = hardware
-    if not virtual:   # say what "realtime" does here, before it does it
-        print(f"rt-runtime replay: {rt.describe_realtime()}", file=sys.stderr)
-    monitor = stack.safety_monitor()
-    # Intra-op threads per computing thread: more only fight over the cores.
-    torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
-    stack.warm_up()
-    duration_ns = reader.duration_ns if until_s is None else min(reader.duration_ns, int(until_s * 1e9))
-    bad: dict[str, dict[str, int]] = {}
-    said: set[str] = set()   # damaged chunks already warned of
-    inputs = 0
-    next_diag = cfg.diagnostics_period_ns
+        if timing not in TIMINGS:
+            raise ReplayError(f"--timing: expected one of {', '.join(TIMINGS)}, found {timing!r}")
+        bindings, initial = build_bindings(cfg, speculate=speculate)
+        workers = workers or cfg.workers
+        virtual = speed == "max"
+        if not virtual:
+            timing = "wall"
+        elif cost is None:
+            cost = BudgetCost(bindings) if timing == "budget" else cpu_time_cost
+        clock = VirtualClock() if virtual else WallClock(rate=float(speed))
+        ring = TraceRing(1 << 20)
+        parts: list[TraceColumns] = []
+        writer: BagWriter | None = None   # created once the stack is built and warm (below)
+        if retain_channels is None:
+            retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
+        collector = OutputCollector(cfg.egress, cfg.frame, bag.start_ns, writer, retain=quality is not None,
+                                    background=True,
+                                    retain_channels=retain_channels)
+        ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
+        chains, notes = run_chains(cfg, bindings)
+        threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
+        for note in notes:
+            print(f"rt-runtime replay: note: {note}", file=sys.stderr)
+        stack = open_stack(cfg, bindings, initial, clock=clock, workers=workers, cost=cost, sink=ring,
+                           egress=collector.on_publish, chains=chains, parallel=threads or None,
+                           adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
+                           # on the wall clock a speculating task needs worker threads (the inline driver does not
+                           # speculate), and SCHED_FIFO applies where the OS permits unless the config's realtime: says
+                           threaded=not virtual and (workers > 1 or any(b.speculate is not None for b in bindings)),
+                           realtime=True)
+        rt = stack.rt
+        rt.sched.hw = hardware
+        if not virtual:   # say what "realtime" does here, before it does it
+            print(f"rt-runtime replay: {rt.describe_realtime()}", file=sys.stderr)
+        monitor = stack.safety_monitor()
+        # Intra-op threads per computing thread: more only fight over the cores.
+        torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
+        stack.warm_up()
+        bad: dict[str, dict[str, int]] = {}
+        said: set[str] = set()   # damaged chunks already warned of
+        inputs = 0
+        next_diag = cfg.diagnostics_period_ns
 
-    def run_until(t_ns: int) -> None:
-        """The runtime up to ``t_ns``, stopping where a sensor falls silent for the safety monitor."""
-        while monitor is not None:
-            t = monitor.next_check()
-            if t is None or t > t_ns:
-                break
-            rt.run_until(t)
-            monitor.check_silence(t)
-        rt.run_until(t_ns)
+        def run_until(t_ns: int) -> None:
+            """The runtime up to ``t_ns``, stopping where a sensor falls silent for the safety monitor."""
+            while monitor is not None:
+                t = monitor.next_check()
+                if t is None or t > t_ns:
+                    break
+                rt.run_until(t)
+                monitor.check_silence(t)
+            rt.run_until(t_ns)
 
-    def advance(t_ns: int) -> None:
-        """Run the runtime up to ``t_ns``, publishing diagnostics at their instants on the way."""
-        nonlocal next_diag
-        while next_diag <= t_ns:
-            run_until(next_diag)
-            collector.flush(next_diag)
-            stats = rt.stats()
-            collector.emit(DIAGNOSTICS_TOPIC, next_diag, diagnostics(
-                {n: {k: s[k] for k in LET_COUNTERS if k in s} for n, s in stats.items()},
-                reader.start_ns + next_diag))
-            next_diag += cfg.diagnostics_period_ns
-            parts.append(ring.drain())
-            if progress:
-                _progress(next_diag, duration_ns)
-        run_until(t_ns)
-        collector.flush(t_ns)
+        def advance(t_ns: int) -> None:
+            """Run the runtime up to ``t_ns``, publishing diagnostics at their instants on the way."""
+            nonlocal next_diag
+            while next_diag <= t_ns:
+                run_until(next_diag)
+                collector.flush(next_diag)
+                stats = rt.stats()
+                collector.emit(DIAGNOSTICS_TOPIC, next_diag, diagnostics(
+                    {n: {k: s[k] for k in LET_COUNTERS if k in s} for n, s in stats.items()},
+                    bag.start_ns + next_diag))
+                next_diag += cfg.diagnostics_period_ns
+                parts.append(ring.drain())
+                if progress:
+                    _progress(next_diag, duration_ns)
+            run_until(t_ns)
+            collector.flush(t_ns)
 
-    if out is not None:   # only now: a stack that fails to build leaves nothing at ``out``
-        writer = BagWriter(out, out_format, replace=replace)
-        try:
-            writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
-            collector.attach(writer)
-        except BaseException:
-            writer.abort()
-            raise
+        if out is not None:   # only now: a stack that fails to build leaves nothing at ``out``
+            writer = BagWriter(out, out_format, replace=replace)
+            try:
+                writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
+                collector.attach(writer)
+            except BaseException:
+                writer.abort()
+                raise
+    except BaseException:
+        if feed is not None:
+            feed.close()
+        raise
     interrupted: str | None = None
     bag_ns, last_ns = duration_ns, 0
     gc.collect()
@@ -263,9 +279,11 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         clock.reset_epoch()
     try:
         stack.push_initial()
-        feed = decoded_feed(reader, wanted, duration_ns)
         triggers = rt.sched.triggers
-        for item in prefetched(feed):  # decoding overlaps the jobs (a second core), in order
+        # decoding overlaps the jobs (another core), in order
+        reading: dict[str, Any] = {"reader": "thread" if feed is None else "process"}
+        items = feed if feed is not None else prefetched(decoded_feed(bag, wanted, duration_ns), stats=reading)
+        for item in items:
             if stop is not None and stop():   # a signal (its handler only set a flag): end after the last message
                 interrupted, duration_ns = stop(), last_ns
                 break
@@ -296,10 +314,12 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             writer.abort()
         raise
     finally:
+        if feed is not None:
+            feed.close()
         gc.unfreeze()
         collector.close()
         stack.close()
-        reader.close()
+        bag.close()
         if writer is not None:
             writer.close(partial=f"interrupted by {interrupted} after {duration_ns / 1e9:.3f} s of "
                          f"{bag_ns / 1e9:.3f} s" if interrupted else None)
@@ -332,6 +352,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             {"t_s": tr.t_ns / 1e9, "from": STATES[tr.before], "to": STATES[tr.after], "reason": tr.reason}
             for tr in monitor.machine.transitions]}
     result.extra["driver_cpu_s"] = driver_cpu
+    result.extra["reading"] = {**reading, **(feed.stats() if feed is not None else {})}   # CPU seconds
     if rt.sched.par is not None:   # the driver's own work is its CPU less what it computed itself
         ps = rt.sched.par.stats()
         result.extra.update(compute_cpu_s=ps["compute_ns"] / 1e9, driver_waited_s=ps["waited_ns"] / 1e9,
@@ -343,7 +364,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     if quality is not None and not interrupted:   # measured over a whole bag only
         ran = dataclasses.replace(cfg, chains=[c for c in cfg.chains if c.deadline_ns is None] + chains)
         extra = {"channels": collector.channels, "cfg": ran} if retain_channels else {}
-        result.quality = quality(bag_path, collector.retained, reader.start_ns, ego, **extra)
+        result.quality = quality(bag_path, collector.retained, bag.start_ns, ego, **extra)
     return result
 
 
@@ -358,32 +379,6 @@ def _count_bad(bad: dict[str, dict[str, int]], topic: str, kind: str, why: str, 
         print(f"rt-runtime replay: warning: {why}" + ("" if chunk else
               f" (further {kind} messages on {topic} are counted silently)"), file=sys.stderr)
     kinds[kind] = kinds.get(kind, 0) + 1
-
-
-def _msgtype(name: str) -> str:
-    """``pkg/Type`` (ROS 1 style) as ``pkg/msg/Type``, so both spellings compare equal."""
-    parts = name.split("/")
-    return f"{parts[0]}/msg/{parts[1]}" if len(parts) == 2 else name
-
-
-def codec_problems(cfg: StackConfig, topics: dict[str, str]) -> list[str]:
-    """One line per ingress topic whose message type in the bag (``topics``: topic -> type) is not one
-    its codec decodes (``IngressCodec.msgtypes``): its messages would all be skipped as bad."""
-    from ..io import INGRESS_CODECS
-
-    renamed = {new: old for old, new in cfg.remap.items()}
-    out = []
-    for r in cfg.ingress:
-        codec, found = INGRESS_CODECS[r.codec], topics.get(r.topic)
-        if found is None or _msgtype(found) in {_msgtype(t) for t in codec.msgtypes}:
-            continue
-        decodes = " or ".join(codec.msgtypes)
-        was = f" (remapped from {renamed[r.topic]})" if r.topic in renamed else ""
-        fits = [n for n, c in INGRESS_CODECS.items() if _msgtype(found) in {_msgtype(t) for t in c.msgtypes}]
-        fix = f"codecs that decode {found}: {', '.join(fits)}" if fits else f"no codec decodes {found}"
-        out.append(f"{cfg.source}: ingress {r.topic}{was}: codec {r.codec} decodes {decodes}, but the bag's "
-                   f"{r.topic} is {found} ({fix}; or remap another topic here)")
-    return out
 
 
 def _progress(t_ns: int, total_ns: int) -> None:

@@ -1,9 +1,10 @@
-"""The replay's input feed: bag messages decoded into arrays, optionally read ahead on a thread.
+"""The replay's input feed: bag messages decoded into arrays, read ahead on a thread or in a process.
 
 On the wall clock, reading and decompressing a bag chunk can take longer than a deadline; doing it
 on the thread that drives the runtime would delay releases. ``prefetched`` moves the reading and
 decoding to a reader thread that stays a bounded number of messages ahead (bag decompression and
-numpy decoding release the GIL), so the driver only pops ready arrays.
+numpy decoding release the GIL), so the driver only pops ready arrays; ``feed_process.ProcessFeed``
+runs ``decoded_feed`` in a child process instead, where its Python does not hold the driver's GIL.
 
 Bad sensor data is classified per message (docs/SENSORS.md, "Bad sensor data"): rejected, with
 ``value`` None and ``kind`` saying why, are ``undecodable`` messages, ``nonfinite`` ones (NaN/Inf
@@ -16,15 +17,18 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from ..bag import BagError, BagReader
-from ..bag.types import stamp_ns
-from ..config.stack import IngressRoute
-from ..io import INGRESS_CODECS, IngressError
 from ..bag.calibration import read_calibration
+from ..bag.types import stamp_ns
+from ..io import INGRESS_CODECS, IngressError
 from ..io.ingress import EgoMotion, decode
+
+if TYPE_CHECKING:   # not at run time: the reader process (feed_process) does not import torch
+    from ..config.stack import IngressRoute, StackConfig
 
 # A header stamp further than this from the log time is on another clock (or wrong); a simulated
 # LiDAR sweep is logged 105 ms after its stamp, a real driver's messages within tens of ms.
@@ -102,28 +106,60 @@ def _stamp_notes(s: int | None, topic: str, log_ns: int, last: dict[str, int]) -
     return tuple(notes)
 
 
+def _msgtype(name: str) -> str:
+    """``pkg/Type`` (ROS 1 style) as ``pkg/msg/Type``, so both spellings compare equal."""
+    parts = name.split("/")
+    return f"{parts[0]}/msg/{parts[1]}" if len(parts) == 2 else name
+
+
+def codec_problems(cfg: StackConfig, topics: dict[str, str]) -> list[str]:
+    """One line per ingress topic whose message type in the bag (``topics``: topic -> type) is not one
+    its codec decodes (``IngressCodec.msgtypes``): its messages would all be skipped as bad."""
+    renamed = {new: old for old, new in cfg.remap.items()}
+    out = []
+    for r in cfg.ingress:
+        codec, found = INGRESS_CODECS[r.codec], topics.get(r.topic)
+        if found is None or _msgtype(found) in {_msgtype(t) for t in codec.msgtypes}:
+            continue
+        decodes = " or ".join(codec.msgtypes)
+        was = f" (remapped from {renamed[r.topic]})" if r.topic in renamed else ""
+        fits = [n for n, c in INGRESS_CODECS.items() if _msgtype(found) in {_msgtype(t) for t in c.msgtypes}]
+        fix = f"codecs that decode {found}: {', '.join(fits)}" if fits else f"no codec decodes {found}"
+        out.append(f"{cfg.source}: ingress {r.topic}{was}: codec {r.codec} decodes {decodes}, but the bag's "
+                   f"{r.topic} is {found} ({fix}; or remap another topic here)")
+    return out
+
+
 _END = object()
 
 
-def prefetched(items: Iterator[FeedItem], depth: int = 64) -> Iterator[FeedItem]:
-    """Iterate ``items`` on a reader thread, at most ``depth`` ahead; its exceptions re-raise here."""
+def prefetched(items: Iterator[FeedItem], depth: int = 64, stats: dict[str, Any] | None = None) -> Iterator[FeedItem]:
+    """Iterate ``items`` on a reader thread, at most ``depth`` ahead; its exceptions re-raise here.
+    ``stats["cpu_s"]``: the reader thread's CPU seconds, set when it ends."""
     q: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
+
+    def offer(x: Any) -> bool:
+        """Queue ``x`` unless the consumer stopped (then False): a full queue is never waited on for ever."""
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def read() -> None:
         try:
             for item in items:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not offer(item):
                     return
-            q.put(_END)
+            offer(_END)
         except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises
-            q.put(e)
+            offer(e)
+        finally:
+            if stats is not None:
+                stats["cpu_s"] = time.thread_time()   # this thread's
 
     thread = threading.Thread(target=read, name="rt-replay-reader", daemon=True)
     thread.start()
