@@ -208,9 +208,7 @@ def build_lidar_graph(device: str = "cpu", static: bool | None = None, **params:
     voxels, vcount = vox.outputs
     clus = _cluster_op(p, dev, voxels, vcount)
     (label,) = clus.outputs
-    theta = torch.arange(p.n_angles, device=dev, dtype=torch.float32) * (math.pi / 2 / p.n_angles)
-    step = math.pi / 2 / p.n_angles
-    fine = torch.linspace(-step / 2, step / 2, p.n_fine, device=dev)
+    theta, fine = kernels.heading_fan(p.n_angles, p.n_fine, dev)
     merge = _merge_op(p, dev, theta, fine, voxels, vcount, label, plane)
     boxes = _boxes_op(p, dev, theta, fine, voxels, vcount, merge.outputs[0], plane)
     return Graph("lidar", [ground, vox, clus, merge, boxes], inputs=[pts], outputs=["boxes", "box_count"])

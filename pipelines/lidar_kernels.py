@@ -313,13 +313,10 @@ def merge(voxels: Tensor, voxel_count: Tensor, voxel_label: Tensor, plane: Tenso
     merged[:nv].copy_(root.take(lab)).masked_fill_(raw < 0, -1)
 
 
-@kernel
-def boxes(voxels: Tensor, voxel_count: Tensor, merged: Tensor, plane: Tensor, out: Tensor, box_count: Tensor,
-          theta: Tensor, fine: Tensor, s: BoxRules, mx0: float, my0: float, mz0: float, myaw: float) -> None:
-    """lidar_boxes: a box per merged cluster, scored, the best ones in ``base_link`` (sensor mount
-    ``mx0, my0, mz0, myaw``)."""
-    nv, raw, n, lab = _clusters(voxel_count, merged)
-    f = _fit(s, theta, fine, voxels[:nv], lab, n, plane)
+def box_table(s: BoxRules, f: dict[str, Tensor], mx0: float, my0: float, mz0: float,
+              myaw: float) -> tuple[Tensor, Tensor]:
+    """Each fitted cluster's box row in ``base_link`` (sensor mount ``mx0, my0, mz0, myaw``) and its score
+    (0 for an implausible one: walls, specks, poles, trees; and for the last row, the unclustered)."""
     length, width, h = f["length"], f["width"], f["h"]
     plausible = ((f["nvox"] >= s.min_voxels) & (length <= s.max_length) & (width <= s.max_width)
                  & (h >= s.min_height) & (h <= s.max_object_height)
@@ -332,7 +329,24 @@ def boxes(voxels: Tensor, voxel_count: Tensor, merged: Tensor, plane: Tensor, ou
     cx, cy = f["cx"], f["cy"]
     bx, by = mx0 + cx * cos_m - cy * sin_m, my0 + cx * sin_m + cy * cos_m
     yaw = torch.remainder(f["yaw"] + myaw + math.pi / 2, math.pi) - math.pi / 2
-    table = torch.stack([bx, by, f["ground"] + h / 2 + mz0, length, width, h, yaw, score], 1)
+    return torch.stack([bx, by, f["ground"] + h / 2 + mz0, length, width, h, yaw, score], 1), score
+
+
+def heading_fan(n_angles: int, n_fine: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The L-shape fit's headings: a coarse fan over [0, pi/2), and the fine offsets around its best."""
+    theta = torch.arange(n_angles, device=device, dtype=torch.float32) * (math.pi / 2 / n_angles)
+    step = math.pi / 2 / n_angles
+    return theta, torch.linspace(-step / 2, step / 2, n_fine, device=device)
+
+
+@kernel
+def boxes(voxels: Tensor, voxel_count: Tensor, merged: Tensor, plane: Tensor, out: Tensor, box_count: Tensor,
+          theta: Tensor, fine: Tensor, s: BoxRules, mx0: float, my0: float, mz0: float, myaw: float) -> None:
+    """lidar_boxes: a box per merged cluster, scored, the best ones in ``base_link`` (sensor mount
+    ``mx0, my0, mz0, myaw``)."""
+    nv, raw, n, lab = _clusters(voxel_count, merged)
+    f = _fit(s, theta, fine, voxels[:nv], lab, n, plane)
+    table, score = box_table(s, f, mx0, my0, mz0, myaw)
     k = min(out.shape[0], n)
     top, idx = torch.topk(score, k)
     out.zero_()

@@ -27,7 +27,7 @@ from torch import Tensor
 from rt_runtime import Graph, Op, TensorSpec
 from rt_runtime.exec import kernel
 from pipelines import lidar, schema
-from pipelines.lidar_kernels import BoxRules, _fit, _speck
+from pipelines.lidar_kernels import BoxRules, _fit, _speck, box_table, heading_fan
 
 
 @kernel
@@ -143,19 +143,8 @@ def boxes(voxels: Tensor, merged: Tensor, plane: Tensor, out: Tensor, box_count:
     n = max_clusters + 1
     lab = _labels(merged, max_clusters)
     f = _fit(s, theta, fine, voxels, lab, n, plane)
-    length, width, h = f["length"], f["width"], f["h"]
     # Empty clusters have nvox 0 (and NaN extents): below min_voxels, so never plausible.
-    plausible = ((f["nvox"] >= s.min_voxels) & (length <= s.max_length) & (width <= s.max_width)
-                 & (h >= s.min_height) & (h <= s.max_object_height)
-                 & ((h <= s.tall_height) | (length >= s.tall_min_length))
-                 & ~_speck(s, f))
-    plausible[-1] = False
-    score = torch.where(plausible, f["npt"] / (f["npt"] + s.half_score_points), 0.0)
-    cos_m, sin_m = math.cos(myaw), math.sin(myaw)
-    cx, cy = f["cx"], f["cy"]
-    bx, by = mx0 + cx * cos_m - cy * sin_m, my0 + cx * sin_m + cy * cos_m
-    yaw = torch.remainder(f["yaw"] + myaw + math.pi / 2, math.pi) - math.pi / 2
-    table = torch.stack([bx, by, f["ground"] + h / 2 + mz0, length, width, h, yaw, score], 1)
+    table, score = box_table(s, f, mx0, my0, mz0, myaw)
     k = min(out.shape[0], n)
     # A stable sort, not topk: equal scores in cluster order, on every device and at every size.
     top, idx = torch.sort(score, descending=True, stable=True)
@@ -242,9 +231,7 @@ def build_static_lidar_graph(p: lidar.LidarParams, device: str) -> Graph:
     voxels, vcount = vox.outputs
     clus = _cluster_op(p, dev, voxels, vcount)
     (label,) = clus.outputs
-    theta = torch.arange(p.n_angles, device=dev, dtype=torch.float32) * (math.pi / 2 / p.n_angles)
-    step = math.pi / 2 / p.n_angles
-    fine = torch.linspace(-step / 2, step / 2, p.n_fine, device=dev)
+    theta, fine = heading_fan(p.n_angles, p.n_fine, dev)
     merge_op = _merge_op(p, dev, theta, fine, voxels, label, plane)
     boxes_op = _boxes_op(p, dev, theta, fine, voxels, merge_op.outputs[0], plane)
     # NaN rows are ignored (no ground cell, no voxel): a sweep padded with them gives the same boxes.
