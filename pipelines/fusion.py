@@ -1,6 +1,7 @@
 """Object-level fusion of LiDAR boxes, radar clusters and camera boxes, as an rt_runtime graph.
 
-Two tensorized ops (whole batches, no per-object Python loops, no host reads of counts):
+Two tensorized ops (whole batches, no per-object Python loops; on CUDA no host reads of counts, while on
+the CPU they compute on the counted rows only, ``geometry.live_rows``):
 
 1. ``fuse_lidar_radar`` (base_link): every valid LiDAR box is an object. Radar clusters are matched
    to boxes by centre distance, gated per box at ``radar_gate_m`` around its outline (in the box's
@@ -31,7 +32,8 @@ from torch import Tensor
 from rt_runtime import Graph, Op
 from rt_runtime.exec import kernel
 from pipelines import schema
-from pipelines.geometry import CameraModel, box_corners, compact, greedy_assign, on_device, valid_mask
+from pipelines.geometry import (CameraModel, box_corners, compact, greedy_assign, live_rows, on_device,
+                                valid_mask)
 
 F = {c: i for i, c in enumerate(schema.FUSED_COLS)}   # for readers of ``fused`` (the kernels unpack rows)
 SRC_LIDAR, SRC_RADAR, SRC_CAMERA = 1, 2, 4
@@ -74,9 +76,11 @@ def _fuse_lidar_radar(boxes: Tensor, box_count: Tensor, radar: Tensor, radar_cou
                       lr_count: Tensor, gate_m: float, min_radar_score: float, radar_only_score: float,
                       only_l: float, only_w: float, only_h: float) -> None:
     """``fuse_lidar_radar``'s body: LiDAR boxes take matched clusters' Doppler; lone clusters become objects."""
-    nb, nr = boxes.shape[0], radar.shape[0]
-    bx, by, bz, bl, bw, bh, byaw, s_l = boxes.unbind(1)
-    rx, ry, r_vr, _rvx, _rvy, _rcs, _rn, r_score = radar.unbind(1)
+    # Rows past the counts take no part: only the leading nb boxes and nr clusters are computed
+    # (all rows on CUDA: ``live_rows``); the output rows past them are compaction's zeros.
+    nb, nr = live_rows(box_count, boxes.shape[0]), live_rows(radar_count, radar.shape[0])
+    bx, by, bz, bl, bw, bh, byaw, s_l = boxes[:nb].unbind(1)
+    rx, ry, r_vr, _rvx, _rvy, _rcs, _rn, r_score = radar[:nr].unbind(1)
     lb = valid_mask(box_count, nb)
     rb = valid_mask(radar_count, nr) & (r_score >= min_radar_score)
     # Cluster minus box centre as (B, R) planes of x and y (contiguous: no strided reads).
@@ -90,7 +94,7 @@ def _fuse_lidar_radar(boxes: Tensor, box_count: Tensor, radar: Tensor, radar_cou
     inside = lb[:, None] & rb[None, :] & (out_u < gate_m) & (out_v < gate_m)
     b2r, _ = greedy_assign(torch.where(inside, dist, math.inf))
     matched = b2r >= 0
-    r = radar[b2r.clamp(min=0)]
+    r = radar[b2r.clamp(min=0)]   # the whole buffer: row 0 exists even when no cluster counts
     s_r, m_vr = r[:, 7], r[:, 2]   # the matched cluster's score and vr
     lidar_rows = torch.stack([
         bx, by, bz, bl, bw, bh, byaw,
@@ -101,12 +105,13 @@ def _fuse_lidar_radar(boxes: Tensor, box_count: Tensor, radar: Tensor, radar_cou
         1 + 2 * matched.float()], dim=1)   # SRC_LIDAR + SRC_RADAR * matched
     # Radar-only: valid clusters no LiDAR box claims or encloses (a truck's second cluster is absorbed).
     alone = rb & ~inside.any(dim=0)
-    one = torch.ones_like(radar[:, 0])
+    one = torch.ones_like(rx)
     radar_rows = torch.stack([
         rx, ry, one * (only_h / 2), one * only_l, one * only_w, one * only_h, torch.zeros_like(one),
         radar_only_score * r_score, one * 0, r_vr, one, one * 2], dim=1)   # class CAR, src SRC_RADAR
     rows, n = compact(torch.cat([lidar_rows, radar_rows]), torch.cat([lb, alone]))
-    lr_objects.copy_(rows)
+    lr_objects[:nb + nr] = rows
+    lr_objects[nb + nr:] = 0.0
     lr_count.copy_(n.view(1))
 
 
@@ -129,13 +134,20 @@ def _lidar_radar_op(p: FusionParams, device: str) -> Op:
 
 
 def project_boxes(objects: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: float, cx: float, cy: float,
-                  width: int, height: int, near_m: float) -> tuple[Tensor, Tensor]:
+                  width: int, height: int, near_m: float, rows: int = -1) -> tuple[Tensor, Tensor]:
     """Image boxes (N, 4: u1, v1, u2, v2) of fused objects and whether each is (partly) in view.
 
-    ``rot``, ``trans``: base_link -> optical frame; fx .. height: the pinhole (``CameraModel``).
+    ``rot``, ``trans``: base_link -> optical frame; fx .. height: the pinhole (``CameraModel``);
+    ``rows``: only the leading rows' boxes are wanted (N = rows; -1: all).
     """
-    corners = box_corners(objects[:, 0:3], objects[:, 3:6], objects[:, 6])    # x y z, l w h, yaw
-    opt = corners @ rot.T + trans                                            # (N, 8, 3) optical frame
+    n_all = objects.shape[0]
+    n = n_all if rows < 0 else rows
+    corners = box_corners(objects[:n, 0:3], objects[:n, 3:6], objects[:n, 6])    # x y z, l w h, yaw
+    if n < n_all:
+        # The product over the whole buffer's row count (its bits depend on the count, not on other
+        # rows' values): zero corners past n, whose images are not returned.
+        corners = torch.cat([corners, torch.zeros([n_all - n, 8, 3], dtype=corners.dtype, device=corners.device)])
+    opt = (corners @ rot.T)[:n] + trans                                     # (N, 8, 3) optical frame
     z = opt[..., 2]
     in_front = (z > near_m).all(dim=-1)
     zc = z.clamp(min=near_m)
@@ -165,20 +177,24 @@ def _fuse_camera(objects: Tensor, count: Tensor, cam_boxes: Tensor, cam_count: T
                  width: int, height: int, near_m: float, iou_gate: float, miss_scale: float) -> None:
     """``fuse_camera``'s body: projected boxes matched to camera boxes by IoU confirm or discount objects."""
     score, cls, src = 7, 8, 11   # FUSED_COLS
-    valid = valid_mask(count, objects.shape[0])
-    cvalid = valid_mask(cam_count, cam_boxes.shape[0])
-    box, visible = project_boxes(objects, rot, trans, fx, fy, cx, cy, width, height, near_m)
-    overlap = iou(box, cam_boxes[:, :4])
+    # Only the leading no objects and nc camera boxes are computed (all rows on CUDA: ``live_rows``):
+    # rows past the counts take no part.
+    no, nc = live_rows(count, objects.shape[0]), live_rows(cam_count, cam_boxes.shape[0])
+    box, visible = project_boxes(objects, rot, trans, fx, fy, cx, cy, width, height, near_m, no)
+    valid = valid_mask(count, no)
+    cvalid = valid_mask(cam_count, nc)
+    overlap = iou(box, cam_boxes[:nc, :4])
     ok = (valid & visible)[:, None] & cvalid[None, :] & (overlap >= iou_gate)
     o2c, _ = greedy_assign(torch.where(ok, 1.0 - overlap, math.inf))
     hit = o2c >= 0
-    c = cam_boxes[o2c.clamp(min=0)]
-    s = objects[:, score]
+    c = cam_boxes[o2c.clamp(min=0)]   # the whole buffer: row 0 exists even when no box counts
+    s = objects[:no, score]
     missed = valid & visible & ~hit & (cam_count.reshape(()) > 0)
     fused.copy_(objects)
-    fused[:, score] = torch.where(hit, 1 - (1 - s) * (1 - c[:, 4]), torch.where(missed, s * miss_scale, s))
-    fused[:, cls] = torch.where(hit, c[:, 5], objects[:, cls])   # CAM_COLS: score 4, cls 5
-    fused[:, src] += 4 * hit.float()                             # SRC_CAMERA
+    fused[:no, score] = torch.where(hit, 1 - (1 - s) * (1 - c[:, 4]), torch.where(missed, s * miss_scale, s))
+    fused[:no, cls] = torch.where(hit, c[:, 5], objects[:no, cls])   # CAM_COLS: score 4, cls 5
+    fused[:no, src] += 4 * hit.float()                                # SRC_CAMERA
+    fused[no:, src] += 0.0   # as the whole-buffer sum did: a -0.0 past the count turns +0.0
     fused_count.copy_(count)
 
 

@@ -34,6 +34,17 @@ def valid_mask(count: torch.Tensor, n: int, index: Optional[torch.Tensor] = None
     return idx < count.reshape(()).to(idx.dtype)
 
 
+def live_rows(count: torch.Tensor, n: int) -> int:
+    """How many leading rows of an n-row buffer to compute on: the count on the CPU, all n elsewhere.
+
+    On the host reading a count costs nothing, and kernels that compute on the counted rows only do
+    a few objects' work instead of a full buffer's; on CUDA a read would sync (and break capture).
+    """
+    if count.device.type != "cpu":
+        return n
+    return min(max(int(count.reshape(()).item()), 0), n)
+
+
 # ---- camera -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CameraModel:

@@ -6,7 +6,8 @@ out as outputs (``tracks``, ``track_cov``, ...); the runtime feeds one job's out
 next job's inputs (``STATE_FEEDBACK``), so two runs of a job on equal inputs agree bit for bit.
 Elapsed time comes from the odometry stamp, never from a clock.
 
-Ops (batched over all track slots and detections; counts are masks, never host reads):
+Ops (batched over all track slots and detections; counts are masks, never host reads on CUDA; on the CPU
+the kernels compute on the counted rows only, ``geometry.live_rows``, bit for bit as on all of them):
 
 1. ``detections_to_map``: each fused object (base_link) goes to the map frame with the ego pose
    (x, y, yaw): ``p_map = R(yaw) p + t``. Position noise R_p is sigma^2 I (LiDAR or radar-only

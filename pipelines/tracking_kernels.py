@@ -16,7 +16,7 @@ from torch import Tensor
 
 from rt_runtime.exec import kernel
 from pipelines import schema
-from pipelines.geometry import greedy_assign, valid_mask, wrap_angle
+from pipelines.geometry import greedy_assign, live_rows, valid_mask, wrap_angle
 
 if TYPE_CHECKING:
     from pipelines.tracking import TrackerParams
@@ -102,12 +102,23 @@ def within_tracks(det_z: Tensor, x: Tensor, yaw: Tensor, tracks: Tensor, alive: 
     return (alive[:, None] & (along < margin) & (across < margin)).any(0)
 
 
+def _rows_matmul(a: Tensor, b: Tensor, n_all: int) -> Tensor:
+    """``a @ b`` for the leading rows ``a`` (M, K) of an ``n_all``-row buffer, bit for bit as the whole
+    buffer's product gives them: a matmul's bits depend on its row count (not on other rows' values)."""
+    pad = torch.zeros([n_all - a.shape[0], a.shape[1]], dtype=a.dtype, device=a.device)
+    return (torch.cat([a, pad]) @ b)[:a.shape[0]]
+
+
 @kernel
 def to_map(fused: Tensor, fused_count: Tensor, odom: Tensor, radar_xy: Tensor, k: Knobs,
             det_z: Tensor, det_R: Tensor, det_attr: Tensor) -> None:
     """``detections_to_map``'s body: positions, Doppler velocities and their covariances in the map frame."""
-    live = valid_mask(fused_count, fused.shape[0])[:, None]
-    f = torch.where(live, fused.double(), 0.0)  # rows past the count may hold anything
+    # Rows past the count are all alike (computed from a zero row): the leading live rows plus one
+    # such row are computed (all rows on CUDA: ``live_rows``), and that row is copied to the rest.
+    n_all = fused.shape[0]
+    m = min(live_rows(fused_count, n_all) + 1, n_all)
+    live = valid_mask(fused_count, m)[:, None]
+    f = torch.where(live, fused[:m].double(), 0.0)  # rows past the count may hold anything
     x, y, _z, l, w, _h, yaw_f, score, cls, vr_f, has_vr_f, src = f.unbind(1)
     yaw, rate = odom[2], odom[4]
     rot = _rot(yaw)
@@ -116,20 +127,24 @@ def to_map(fused: Tensor, fused_count: Tensor, odom: Tensor, radar_xy: Tensor, k
     u = bearing / torch.linalg.vector_norm(bearing, 2, [1], True).clamp(min=1e-3)
     v_sensor = torch.stack([odom[3] - rate * k.radar_y, rate * k.radar_x])
     has_vr = has_vr_f > 0.5
-    vr = vr_f + u @ v_sensor
-    u_map = u @ rot.T
+    vr = vr_f + _rows_matmul(u, v_sensor, n_all)
+    u_map = _rows_matmul(u, rot.T, n_all)
     eye = torch.eye(2, dtype=f.dtype, device=f.device)
     uu = u_map[:, :, None] * u_map[:, None, :]
     r_vel = torch.where(has_vr[:, None, None], k.doppler_var * uu + k.unobserved_var * (eye - uu),
                         k.unobserved_var * eye)
     lidar = (src.long() & 1) > 0   # SRC_LIDAR
     pos_var = torch.where(lidar, k.lidar_var, k.radar_var)
-    det_z[:, :2] = torch.where(live, pos @ rot.T + odom[0:2], 0.0)
-    det_z[:, 2:] = torch.where(live & has_vr[:, None], u_map * vr[:, None], 0.0)
-    det_R.zero_()
-    det_R[:, :2, :2] = pos_var[:, None, None] * eye
-    det_R[:, 2:, 2:] = r_vel
-    det_attr.copy_(torch.stack([wrap_angle(yaw_f + yaw), l, w, score, cls, src], 1))
+    det_z[:m, :2] = torch.where(live, _rows_matmul(pos, rot.T, n_all) + odom[0:2], 0.0)
+    det_z[:m, 2:] = torch.where(live & has_vr[:, None], u_map * vr[:, None], 0.0)
+    det_R[:m].zero_()
+    det_R[:m, :2, :2] = pos_var[:, None, None] * eye
+    det_R[:m, 2:, 2:] = r_vel
+    det_attr[:m] = torch.stack([wrap_angle(yaw_f + yaw), l, w, score, cls, src], 1)
+    if m < n_all:
+        det_z[m:] = det_z[m - 1]
+        det_R[m:] = det_R[m - 1]
+        det_attr[m:] = det_attr[m - 1]
 
 
 @kernel
@@ -147,22 +162,34 @@ def predict(tracks: Tensor, cov: Tensor, odom: Tensor, last_t: Tensor, k: Knobs,
     pred_P.copy_(f @ cov.double() @ f.T + qm)
 
 
-def gated_cost(pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor, track_count: Tensor,
-               fused_count: Tensor, det_attr: Tensor, k: Knobs) -> Tensor:
-    """Track x detection Mahalanobis distances on position (T, D), inf outside the gates."""
+def _gated_block(pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor, track_count: Tensor,
+                 fused_count: Tensor, det_attr: Tensor, k: Knobs) -> Tensor:
+    """``gated_cost`` on its leading (live tracks, live detections) block (``live_rows``: all rows on CUDA)."""
+    nt, nd = live_rows(track_count, pred_x.shape[0]), live_rows(fused_count, det_z.shape[0])
+    px, pp = pred_x[:nt], pred_P[:nt]
     # Residual y and position covariance S = P_pp + R_p entry by entry as (T, D) planes: the same sums
     # as on the (T, D, 2, 2) blocks, without their strided reads.
-    z, r = det_z.double(), det_R.double()
-    y0, y1 = z[None, :, 0] - pred_x[:, None, 0], z[None, :, 1] - pred_x[:, None, 1]
-    a, b = pred_P[:, None, 0, 0] + r[None, :, 0, 0], pred_P[:, None, 0, 1] + r[None, :, 0, 1]
-    c, d = pred_P[:, None, 1, 0] + r[None, :, 1, 0], pred_P[:, None, 1, 1] + r[None, :, 1, 1]
+    z, r = det_z[:nd].double(), det_R[:nd].double()
+    y0, y1 = z[None, :, 0] - px[:, None, 0], z[None, :, 1] - px[:, None, 1]
+    a, b = pp[:, None, 0, 0] + r[None, :, 0, 0], pp[:, None, 0, 1] + r[None, :, 0, 1]
+    c, d = pp[:, None, 1, 0] + r[None, :, 1, 0], pp[:, None, 1, 1] + r[None, :, 1, 1]
     det = (a * d - b * c).clamp(min=1e-12)
     m2 = (d * y0 ** 2 - (b + c) * y0 * y1 + a * y1 ** 2) / det
     y = torch.stack([y0, y1], -1)                                                 # (T, D, 2)
-    usable = valid_mask(fused_count, y.shape[1]) & ~still_radar_only(det_z, det_attr, k.radar_still_speed)
-    ok = (valid_mask(track_count, y.shape[0])[:, None] & usable[None, :]
+    usable = valid_mask(fused_count, nd) & ~still_radar_only(det_z[:nd], det_attr[:nd], k.radar_still_speed)
+    ok = (valid_mask(track_count, nt)[:, None] & usable[None, :]
           & (m2 < k.gate_chi2) & (_norm(y, -1) < k.gate_m))
     return torch.where(ok, m2, math.inf)
+
+
+def gated_cost(pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor, track_count: Tensor,
+               fused_count: Tensor, det_attr: Tensor, k: Knobs) -> Tensor:
+    """Track x detection Mahalanobis distances on position (T, D), inf outside the gates."""
+    block = _gated_block(pred_x, pred_P, det_z, det_R, track_count, fused_count, det_attr, k)
+    # Rows and columns past the counts never pass the gates: inf, as the full computation gives them.
+    cost = torch.full([pred_x.shape[0], det_z.shape[0]], math.inf, dtype=block.dtype, device=block.device)
+    cost[:block.shape[0], :block.shape[1]] = block
+    return cost
 
 
 @kernel
@@ -170,13 +197,19 @@ def hungarian_cost(pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor,
                     fused_count: Tensor, det_attr: Tensor, k: Knobs) -> tuple[Tensor, Tensor, bool]:
     """The gated cost as ``hungarian_assign`` (geometry) hands it to scipy: on the host in float64, forbidden
     pairs dearer than any allowed one; with the finite mask and whether any pair is allowed."""
-    c = gated_cost(pred_x, pred_P, det_z, det_R, track_count, fused_count, det_attr, k).to(torch.device("cpu"),
-                                                                                         torch.float64)
-    finite = torch.isfinite(c)
-    if not bool(finite.any()):
-        return c, finite, False
-    big = float(c[finite].abs().max()) * 4 + 1e3  # dearer than any allowed pair: never preferred
-    return torch.where(finite, c, big), finite, True
+    cpu = torch.device("cpu")
+    block = _gated_block(pred_x, pred_P, det_z, det_R, track_count, fused_count, det_attr, k).to(cpu, torch.float64)
+    nt, nd = block.shape[0], block.shape[1]
+    shape = [pred_x.shape[0], det_z.shape[0]]
+    finite_block = torch.isfinite(block)
+    finite = torch.zeros(shape, dtype=torch.bool)   # past the block: inf, never finite
+    finite[:nt, :nd] = finite_block
+    if not bool(finite_block.any()):
+        return torch.full(shape, math.inf, dtype=torch.float64), finite, False
+    big = float(block[finite_block].abs().max()) * 4 + 1e3  # dearer than any allowed pair: never preferred
+    cost = torch.full(shape, big, dtype=torch.float64)
+    cost[:nt, :nd] = torch.where(finite_block, block, big)
+    return cost, finite, True
 
 
 @kernel
@@ -192,8 +225,16 @@ def hungarian_result(finite: Tensor, rows: Tensor, cols: Tensor, assignment: Ten
 def associate_greedy(pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor, track_count: Tensor,
                       fused_count: Tensor, det_attr: Tensor, k: Knobs, assignment: Tensor) -> None:
     """``associate``'s body with greedy assignment (capturable: the CUDA graph's)."""
-    r2c, _ = greedy_assign(gated_cost(pred_x, pred_P, det_z, det_R, track_count, fused_count, det_attr, k))
-    assignment.copy_(r2c)
+    # Rows and columns past the block are all inf: greedy picks the same pairs without them.
+    r2c, _ = greedy_assign(_gated_block(pred_x, pred_P, det_z, det_R, track_count, fused_count, det_attr, k))
+    assignment.fill_(-1)
+    assignment[:r2c.shape[0]] = r2c
+
+
+def _through_last(mask: Tensor) -> int:
+    """One past the index of ``mask``'s last True (0 if none): the rows after it need no work."""
+    at = torch.nonzero(mask)
+    return int(at[-1, 0].item()) + 1 if at.shape[0] > 0 else 0
 
 
 @kernel
@@ -204,8 +245,14 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     """``kf_update``'s body: Kalman update of matched tracks, track life, births, compaction."""
     f64 = torch.float64
     mt, nd = tracks_in.shape[0], det_z.shape[0]   # MAX_TRACKS, MAX_FUSED
+    # Slots past the track count are dead and dropped: only the leading nt tracks are computed (all of
+    # them on CUDA: ``live_rows``). Each filter step is per track (batched solves and products read no
+    # neighbour), so a track's numbers do not depend on how many are computed with it.
+    nt = live_rows(count_in, mt)
+    tracks_in, hits_in, pred_x, pred_P = tracks_in[:nt], hits_in[:nt], pred_x[:nt], pred_P[:nt]
+    assignment = assignment[:nt]
     eye4 = torch.eye(4, dtype=f64, device=odom.device)
-    alive_in = valid_mask(count_in, mt)
+    alive_in = valid_mask(count_in, nt)
     matched = (assignment >= 0) & alive_in
     j = assignment.clamp(min=0)
     z, r, at = det_z[j].double(), det_R[j].double(), det_attr[j]
@@ -232,13 +279,13 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     confirmed = hits >= k.confirm_hits
     # Only slow tracks coast long: a walker's prediction holds for seconds, while a car's track
     # that lost its object (a wrong velocity, a sweep-seam split) would drift on as a phantom.
-    steady = (hits >= k.steady_hits) & (_norm(x_new[:, 2:], 1) < k.steady_max_speed)
+    speed = _norm(x_new[:, 2:], 1)
+    steady = (hits >= k.steady_hits) & (speed < k.steady_max_speed)
     limit = torch.where(steady, k.steady_max_misses,
                         torch.where(confirmed, k.max_misses, k.tentative_max_misses))
     keep_old = alive_in & (misses < limit)
     src = a_src.long()
     lidar, camera = matched & ((src & 1) > 0), matched & ((src & 4) > 0)   # SRC_LIDAR, SRC_CAMERA
-    speed = _norm(x_new[:, 2:], 1)
     yaw = torch.where(speed > 1.0, torch.atan2(x_new[:, 3], x_new[:, 2]).float(),
                       torch.where(lidar, a_yaw, t_yaw))
     xf = x_new.float()
@@ -249,38 +296,56 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
         torch.where(matched, 0.6 * t_score + 0.4 * a_score, 0.9 * t_score),
         t_age + 1, misses], dim=1)
 
-    # Births: unmatched detections, ids handed out in detection order.
-    d_yaw, d_l, d_w, d_score, d_cls, _d_src = det_attr.unbind(1)
-    taken = (assignment[:, None] == torch.arange(nd, device=odom.device)[None, :]) & matched[:, None]
-    born = (valid_mask(fused_count, nd) & ~taken.any(0) & (d_score >= k.birth_score)
-            & ~still_radar_only(det_z, det_attr, k.radar_still_speed)
-            & ~within_tracks(det_z, x_new, yaw, tracks_in, keep_old, k.birth_margin))
+    # Births: unmatched detections, ids handed out in detection order. Rows past the count are never
+    # born, so only the leading ``nb`` rows are computed (all of them on CUDA: ``live_rows``).
+    nb = live_rows(fused_count, nd)
+    dz, dr, da = det_z[:nb], det_R[:nb], det_attr[:nb]
+    # Detections some matched track took: a scatter of the matched tracks' columns (slot nd: unmatched).
+    taken = torch.zeros([nd + 1], dtype=torch.int32, device=odom.device)
+    taken.index_fill_(0, torch.where(matched, assignment, nd), 1)
+    born = (valid_mask(fused_count, nb) & (taken[:nb] == 0) & (da[:, 3] >= k.birth_score)   # score
+            & ~still_radar_only(dz, da, k.radar_still_speed))
+    if odom.device.type == "cpu":
+        # On the host, rows after the last candidate (usually all: births are rare) take no more work.
+        nb = _through_last(born)
+        born, dz, dr, da = born[:nb], dz[:nb], dr[:nb], da[:nb]
+    if nb > 0:
+        born = born & ~within_tracks(dz, x_new, yaw, tracks_in, keep_old, k.birth_margin)
+    if odom.device.type == "cpu":
+        nb = _through_last(born)
+        born, dz, dr, da = born[:nb], dz[:nb], dr[:nb], da[:nb]
+    d_yaw, d_l, d_w, d_score, d_cls, _d_src = da.unbind(1)
     rank = torch.cumsum(born.int(), 0) - 1
     ids = (next_id_in[0] + rank).float()
-    zb, rb = det_z.double(), det_R.double()
+    zb, rb = dz.double(), dr.double()
     # Velocity prior N(0, sv^2 I) fused with the Doppler measurement (information form).
     r_vel_inv = torch.linalg.inv_ex(rb[:, 2:, 2:])[0]
     p_vel = torch.linalg.inv_ex(r_vel_inv + eye4[:2, :2] / k.init_vel_var)[0]
     v0 = (p_vel @ r_vel_inv @ zb[:, 2:, None])[:, :, 0].float()
-    p0 = torch.zeros([nd, 4, 4], dtype=f64, device=odom.device)
+    p0 = torch.zeros([nb, 4, 4], dtype=f64, device=odom.device)
     p0[:, :2, :2] = rb[:, :2, :2]
     p0[:, 2:, 2:] = p_vel
     one = torch.ones_like(ids)
-    new = torch.stack([ids, d_cls, det_z[:, 0], det_z[:, 1], v0[:, 0], v0[:, 1], d_yaw, d_l, d_w, d_score,
+    new = torch.stack([ids, d_cls, dz[:, 0], dz[:, 1], v0[:, 0], v0[:, 1], d_yaw, d_l, d_w, d_score,
                        one, 0 * one], dim=1)
 
     # Compact: confirmed first, then tentative, each by id; newborns (largest ids) overflow first.
+    # The m = min(nt + nb, mt) leading slots are sorted rows (live or zeroed), the rest zeros.
     rows = torch.cat([old, new])
-    all_hits = torch.cat([hits, torch.ones([nd], dtype=torch.int32, device=odom.device)])
+    all_hits = torch.cat([hits, torch.ones([nb], dtype=torch.int32, device=odom.device)])
     keep = torch.cat([keep_old, born])
     key = ((all_hits < k.confirm_hits).long() << 40) + rows[:, 0].long()
     key = torch.where(keep, key, 9223372036854775807)   # int64's max: dropped rows sort last
-    order = torch.sort(key, stable=True)[1][:mt]
+    m = min(nt + nb, mt)
+    order = torch.sort(key, stable=True)[1][:m]
     n = keep.sum().clamp(max=mt)
-    live = torch.arange(mt, device=odom.device) < n
-    tracks.copy_(torch.where(live[:, None], rows[order], 0.0))
-    track_cov.copy_(torch.where(live[:, None, None], torch.cat([p_new, p0])[order], 0.0))
-    track_hits.copy_(torch.where(live, all_hits[order], 0))
+    live = torch.arange(m, device=odom.device) < n
+    tracks[:m] = torch.where(live[:, None], rows[order], 0.0)
+    tracks[m:] = 0.0
+    track_cov[:m] = torch.where(live[:, None, None], torch.cat([p_new, p0])[order], 0.0)
+    track_cov[m:] = 0.0
+    track_hits[:m] = torch.where(live, all_hits[order], 0)
+    track_hits[m:] = 0
     track_count.copy_(n.view(1))
     confirmed_count.copy_((live & (all_hits[order] >= k.confirm_hits)).sum().view(1))
     slots = (mt - keep_old.sum()).clamp(min=0)
