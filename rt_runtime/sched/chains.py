@@ -3,11 +3,14 @@
 At the head's release r an instance opens: every member's job is created, each snapshots the
 inputs it does not get from an earlier member (the chain reads the world at r), and all of them
 will publish at r + D. The head is queued at once; member k waits (``WAITING``) until member k-1's
-job of the instance finishes, then is released at that instant and reads the earlier members'
-outputs of the instance directly from their reserved slots (pinned until it finishes). If an
+job of the instance finishes, then is queued at that instant and reads the earlier members'
+outputs of the instance directly from their reserved slots (pinned until it finishes). Every member's
+job counts as released at r, with its instance (a job released at r with a precedence constraint):
+the instant it is queued depends on how fast its predecessor computed, and the counters replay
+diagnostics carry must not. If an
 earlier member's job failed or was aborted, member k reads that channel's last published value
 instead (stale) and runs anyway: a planner still plans when a detector fails. A member still
-waiting at r + D misses like any job (its reaction applies) and is never released. A member degraded
+waiting at r + D misses like any job (its reaction applies) and is never queued. A member degraded
 to a fallback graph that reads nothing from the members before it does not wait for them: it is
 released with the head, so a slow upstream cannot starve a minimal-risk plan.
 
@@ -88,6 +91,9 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
             return   # the rest of the chain cannot run either
         job = RunJob(ts, idx, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r))
         job.state = WAITING
+        # Counted released with its instance, at r: when it is queued (its predecessor's finish) depends on
+        # how fast the machine computes, and the LET counters replay diagnostics carry must not.
+        ts.c["released"] += 1
         job.chain_run = run
         if snapshot(s, ts, job, r, skip={gin for gin, *_ in ts.chain_in}) is None:
             return   # a required input never written yet: neither it nor the members after it run
@@ -152,7 +158,6 @@ def _release(s: "Scheduler", job: RunJob, t: int, after: int, k: int) -> None:
     ts = job.ts
     job.release_ns = t
     job.state = READY
-    ts.c["released"] += 1
     if s.tr:
         s.hot.emit(_K.RELEASE, t, ts.name, job.index, ts.worker, CHAIN_RELEASE)
         s.hot.emit(_K.CHAIN, t, ts.name, job.index, after, k)
