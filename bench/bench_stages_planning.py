@@ -127,7 +127,7 @@ def main() -> None:
     rows.append(("minimal_risk", mrm_ex, time_jobs(mrm_ex, lambda k: mrm_in, args.jobs)))
 
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {args.jobs} jobs per stage; "
-          f"{n_conf} confirmed tracks, {plan_ex.graph.ops[0].outputs[0].shape[0]} planner candidates")
+          f"{n_conf} confirmed tracks, {plan_ex.graph.specs['candidates'].shape[0]} planner candidates")
     print(f"{'stage':<16} {'ops':>3} {'median ms':>10} {'p99 ms':>8}  {'arena B':>9} {'lower B':>9} {'ratio':>6}  "
           "per pool: planned/lower bound")
     for name, ex, ms in rows:

@@ -175,8 +175,13 @@ Polyline = NamedTuple("Polyline", [
 Polyline.__doc__ = "A centerline as tensors: vertices, segment vectors, lengths, cumulative arc length, headings."
 
 
-def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: Optional[torch.Tensor] = None) -> Polyline:
-    """Prepare ``route[:count]``; with fewer than 2 valid vertices, a straight line along the pose."""
+def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: Optional[torch.Tensor] = None,
+             rows: int = 0) -> Polyline:
+    """Prepare ``route[:count]``; with fewer than 2 valid vertices, a straight line along the pose.
+
+    ``rows``: at least this many vertices (the last valid one repeated: zero-length segments past the
+    end), so that a polyline fits a buffer of fixed size; every value the line gives is the same.
+    """
     pts = route.float()
     if pts.shape[0] < 2:  # a static shape fact, known when the graph is built: pad to one segment
         pts = torch.cat((pts, torch.zeros(2 - pts.shape[0], 2, device=route.device)))
@@ -192,7 +197,7 @@ def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: Optional[t
         ok = n >= 2
         pts = torch.where(ok, pts, torch.stack((x, y)) + ramp * d)
         n = torch.where(ok, n, torch.full_like(n, k))
-    idx = torch.minimum(torch.arange(k, device=route.device), (n - 1).clamp(min=0))
+    idx = torch.minimum(torch.arange(max(k, rows), device=route.device), (n - 1).clamp(min=0))
     p = pts[idx]
     vec = p[1:] - p[:-1]
     length = torch.linalg.vector_norm(vec, 2, dim=1)   # what vec.norm(dim=1) runs, in TorchScript too
@@ -200,7 +205,7 @@ def polyline(route: torch.Tensor, count: torch.Tensor, fallback_pose: Optional[t
     s0 = s_end - length
     last = (n - 2).clamp(min=0, max=k - 2)
     heading = torch.atan2(vec[:, 1], vec[:, 0])
-    seg = torch.arange(k - 1, device=route.device)
+    seg = torch.arange(p.shape[0] - 1, device=route.device)
     # index_select, not heading[last]: indexing by a 0-dim tensor reads it on the host (a sync on CUDA)
     heading = torch.where(seg > last, heading.index_select(0, last.reshape(1)), heading)
     return Polyline(p, vec, length, s0, heading, last)
@@ -320,16 +325,27 @@ def poly_eval(c: torch.Tensor, t: torch.Tensor, T: torch.Tensor) -> torch.Tensor
     ``c`` is (..., 6) and ``T`` (...,). Beyond T the end state continues with its velocity and
     zero acceleration: a lateral move has ended, a speed change has settled.
     """
+    powers, after, past = poly_times(t, T)
+    return poly_eval_at(c, powers, after, past)
+
+
+def poly_times(t: torch.Tensor, T: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What ``poly_eval`` needs of the times alone (fixed times: prepare once): the powers (..., N, 6)
+    of t held at T, where t is past T, and by how much."""
     tc = torch.minimum(t, T[..., None])
-    powers = torch.stack([tc ** k for k in range(6)], dim=-1)                 # (..., N, 6)
-    k = torch.arange(6, dtype=c.dtype, device=c.device)
-    d1 = torch.cat((c[..., 1:] * k[1:], torch.zeros_like(c[..., :1])), -1)
-    d2 = torch.cat((d1[..., 1:] * k[1:], torch.zeros_like(c[..., :1])), -1)
-    d3 = torch.cat((d2[..., 1:] * k[1:], torch.zeros_like(c[..., :1])), -1)
+    return torch.stack([tc ** k for k in range(6)], dim=-1), t > T[..., None], t - tc
+
+
+def poly_eval_at(c: torch.Tensor, powers: torch.Tensor, after: torch.Tensor, past: torch.Tensor) -> torch.Tensor:
+    """``poly_eval`` at the times ``poly_times`` prepared."""
+    k = torch.arange(1, 6, dtype=c.dtype, device=c.device)
+    zero = torch.zeros_like(c[..., :1])
+    d1 = torch.cat((c[..., 1:] * k, zero), -1)
+    d2 = torch.cat((d1[..., 1:] * k, zero), -1)
+    d3 = torch.cat((d2[..., 1:] * k, zero), -1)
     coeffs: List[torch.Tensor] = [c, d1, d2, d3]
     vals = torch.stack([(powers * cc[..., None, :]).sum(-1) for cc in coeffs])
-    after = t > T[..., None]
-    extra = (t - tc) * vals[1]
+    extra = past * vals[1]
     return torch.stack((vals[0] + extra, vals[1], torch.where(after, 0.0, vals[2]),
                         torch.where(after, 0.0, vals[3])))
 

@@ -32,6 +32,10 @@ once per speed and time, then gathered per candidate):
   road user ahead: the plan queues behind a slower leader) and, with ``w_lead`` > 0, that lane's
   own speed deficit (the incentive to overtake).
 
+The graph: ``reference_line`` prepares the route as a polyline (padded to MAX_ROUTE vertices), the ego
+and the confirmed tracks on it, once per job for the ops after it (``frenet_candidates``,
+``minimal_risk``, ``clearance``), then ``select``.
+
 The cheapest admissible candidate is the plan (``plan_status`` 0). When none is, the plan is the
 minimal-risk stop (``plan_status`` 1): the same op ``build_minimal_risk_graph`` runs for the
 watchdog's degrade reaction — keep the current lateral offset on the route (or the current
@@ -46,11 +50,13 @@ from torch import Tensor
 
 from rt_runtime import Graph, Op, TensorSpec
 from pipelines import schema
-from pipelines.geometry import RoadLayout, on_device
-from pipelines.planning_kernels import Knobs, _build, _circles, _clearance, _initial_accel, _select, _stop
+from pipelines.geometry import RoadLayout, on_device, poly_times
+from pipelines.planning_kernels import (Knobs, _build, _circles, _clearance, _initial_accel, _reference, _select, _stop,
+                                        _stop_on)
 
 N = schema.TRAJ_POINTS
 CAND_COLS = 6  # x, y, yaw, v (map frame) and s, d (Frenet) of every candidate sample
+EGO_COLS = 5   # the ego on the reference line: s0, d0, s', d', speed
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,49 @@ def minimal_risk_op(device: str = "cpu", params: PlannerParams | None = None, ou
     return Op("minimal_risk", stop, ins, (on_device(schema.trajectory(out), device),), capturable=True, cost_us=100.0)
 
 
+def _line_specs(device: str) -> tuple[TensorSpec, ...]:
+    """``Polyline``'s fields as ``reference_line`` writes them, at the route's bound (a shorter route is
+    padded with zero-length segments: the same line)."""
+    dv, r = device.split(":")[0], schema.MAX_ROUTE
+    return (TensorSpec("line_p", (r, 2), "float32", dv), TensorSpec("line_vec", (r - 1, 2), "float32", dv),
+            TensorSpec("line_length", (r - 1,), "float32", dv), TensorSpec("line_s0", (r - 1,), "float32", dv),
+            TensorSpec("line_heading", (r - 1,), "float32", dv), TensorSpec("line_last", (1,), "int64", dv))
+
+
+def _ego_spec(device: str) -> TensorSpec:
+    return TensorSpec("ego_frenet", (EGO_COLS,), "float32", device.split(":")[0])
+
+
+def _tracks_spec(device: str) -> TensorSpec:
+    return TensorSpec("track_frenet", (3, schema.MAX_TRACKS), "float32", device.split(":")[0])   # s, d, lane heading
+
+
+def _reference_op(device: str) -> Op:
+    """The route as the reference line and the ego and the tracks on it, once per job: the ops after it read them."""
+    dv = device.split(":")[0]
+    ins = tuple(on_device(s, device) for s in (schema.odometry(), schema.route(), schema.count("route_count"),
+                                               schema.tracks(), schema.count("confirmed_count")))
+    outs = (*_line_specs(device), _ego_spec(device), _tracks_spec(device))
+    on_cpu = dv == "cpu"
+
+    def reference(odom: Tensor, route: Tensor, route_count: Tensor, tracks: Tensor, n: Tensor, *out: Tensor) -> None:
+        _reference(odom, route, route_count, tracks, n, on_cpu, list(out[:6]), out[6], out[7])
+
+    return Op("reference_line", reference, ins, outs, capturable=not on_cpu, cost_us=300.0)
+
+
+def _shared_minimal_risk_op(p: PlannerParams, device: str) -> Op:
+    """``minimal_risk_op`` into ``mrm_trajectory`` on the reference line ``reference_line`` prepared."""
+    t = torch.arange(N, dtype=torch.float32, device=torch.device(device)) * schema.DT_S
+    mrm_decel = float(p.mrm_decel)
+
+    def stop(*args: Tensor) -> None:
+        _stop_on(list(args[:6]), args[6], t, mrm_decel, args[7])
+
+    return Op("minimal_risk", stop, (*_line_specs(device), _ego_spec(device)),
+              (on_device(schema.trajectory("mrm_trajectory"), device),), capturable=True, cost_us=60.0)
+
+
 def initial_accel(last: Tensor, odom: Tensor, p: PlannerParams) -> Tensor:
     """The acceleration the last plan commands where the ego now is (0 without one): plans chain smoothly.
 
@@ -123,7 +172,7 @@ def initial_accel(last: Tensor, odom: Tensor, p: PlannerParams) -> Tensor:
 
 
 def _candidates_op(p: PlannerParams, device: str) -> Op:
-    dev = torch.device(device)
+    dev, dv = torch.device(device), device.split(":")[0]
     road = p.road
     allowed = torch.tensor([c for c, d in zip(road.centers, road.directions) if d > 0])   # read here: on the host
     lo, hi = float(allowed.min()), float(allowed.max())
@@ -140,19 +189,25 @@ def _candidates_op(p: PlannerParams, device: str) -> Op:
     # candidate; every value is the one computed per candidate before, row for row.
     lat_d1, lat_tm = (x.reshape(-1) for x in torch.meshgrid(offsets, horizons, indexing="ij"))
     lon_v1, lon_tm = (x.reshape(-1) for x in torch.meshgrid(speeds, horizons, indexing="ij"))
+    tm = torch.cat((lat_tm, lon_tm))   # both profiles' manoeuvre times: the kernel evaluates them in one batch
     nh, ns = len(p.horizons), len(p.speed_fractions)
     ci = torch.arange(p.n_candidates, device=dev)
     lat_of, lon_of = (ci // (ns * nh)) * nh + ci % nh, ((ci // nh) % ns) * nh + ci % nh
     t = torch.arange(N, dtype=torch.float32, device=dev) * schema.DT_S
     frac = torch.arange(1, p.tail_steps + 1, dtype=torch.float32, device=dev) / p.tail_steps
     c, q = p.n_candidates, p.knobs()
-    ins = tuple(on_device(s, device) for s in (schema.odometry(), schema.route(), schema.count("route_count"),
-                                               schema.trajectory("last_trajectory")))
+    # What depends on the grid alone, prepared here (the ops the kernel ran per job, the same bits):
+    # the profiles' sample times and each candidate's lane-keeping cost.
+    at = poly_times(t, tm)
+    lane_cost = q.w_lane * (d1[:, None] - allowed[None, :]).abs().min(dim=1)[0] ** 2
+    ins = (on_device(schema.odometry(), device), *_line_specs(device), _ego_spec(device),
+           on_device(schema.trajectory("last_trajectory"), device))
     outs = (TensorSpec("candidates", (c, N + p.tail_steps, CAND_COLS), "float32", ins[0].device),
             TensorSpec("candidate_cost", (c,), "float32", ins[0].device))
 
-    def build(odom: Tensor, route: Tensor, route_count: Tensor, last: Tensor, cand: Tensor, cost: Tensor) -> None:
-        _build(odom, route, route_count, last, allowed, d1, lat_d1, lat_tm, lon_v1, lon_tm, lat_of, lon_of, t, frac,
+    def build(odom: Tensor, *args: Tensor) -> None:
+        ego, last, cand, cost = args[6:]
+        _build(odom, list(args[:6]), ego, last, allowed, d1, lat_d1, lon_v1, tm, at, lane_cost, lat_of, lon_of, t, frac,
                d_lo, d_hi, q, cand, cost)
 
     return Op("frenet_candidates", build, ins, outs, capturable=True, cost_us=1500.0)
@@ -167,7 +222,8 @@ def _clearance_op(p: PlannerParams, device: str) -> Op:
     ins = (TensorSpec("candidates", (c, N + e, CAND_COLS), "float32", dv),
            TensorSpec("candidate_cost", (c,), "float32", dv),
            *(on_device(s, device) for s in (schema.tracks(), schema.predictions(), schema.count("confirmed_count"),
-                                            schema.odometry(), schema.route(), schema.count("route_count"))))
+                                            schema.odometry())),
+           *_line_specs(device), _tracks_spec(device))
     outs = (TensorSpec("candidate_total", (c,), "float32", dv),)
     on_cpu = dv == "cpu"
     k_rss = min(N - 1, round(p.rss_from_s / schema.DT_S))
@@ -175,12 +231,15 @@ def _clearance_op(p: PlannerParams, device: str) -> Op:
     half_lane = float(p.road.lane_width / 2)
     q = p.knobs()
 
-    def clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tensor, odom: Tensor, route: Tensor,
-                  route_count: Tensor, total: Tensor) -> None:
-        _clearance(cand, base, tracks, pred, n, odom, route, route_count, frac, ego_off, ego_r, on_cpu, k_rss, vt,
-                   half_lane, q, total)
+    def clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tensor, odom: Tensor,
+                  *args: Tensor) -> None:
+        track_frenet, total, dist_ws = args[6:]
+        _clearance(cand, base, tracks, pred, n, odom, list(args[:6]), track_frenet, frac, ego_off, ego_r, on_cpu, k_rss,
+                   vt, half_lane, q, total, dist_ws)
 
-    return Op("clearance", clearance, ins, outs, capturable=not on_cpu, cost_us=4000.0)
+    # The squared distances of all circle pairs (steps, 3 C, 3 M), in planned memory (at most 3 MAX_TRACKS).
+    ws = (TensorSpec("circle_dist2", ((N + e) * 3 * c * 3 * schema.MAX_TRACKS,), "float32", dv),)
+    return Op("clearance", clearance, ins, outs, ws, capturable=not on_cpu, cost_us=4000.0)
 
 
 def _select_op(p: PlannerParams, device: str) -> Op:
@@ -219,8 +278,8 @@ def build_planning_graph(device: str = "cpu", road: object | None = None, **para
     ``road`` is a ``RoadLayout`` or a sim ``Road``; other keyword arguments are ``PlannerParams``.
     """
     p = _params(road, params)
-    ops = [_candidates_op(p, device), minimal_risk_op(device, p, out="mrm_trajectory"), _clearance_op(p, device),
-           _select_op(p, device)]
+    ops = [_reference_op(device), _candidates_op(p, device), _shared_minimal_risk_op(p, device),
+           _clearance_op(p, device), _select_op(p, device)]
     return Graph("planning", ops, planning_inputs(device), ["trajectory", "plan_status", "plan_cost"])
 
 

@@ -8,15 +8,15 @@ when this module is imported.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Tuple
+from typing import List, NamedTuple, Tuple
 
 import torch
 from torch import Tensor
 
 from rt_runtime.exec import kernel
 from pipelines import schema
-from pipelines.geometry import (Polyline, curvature, frenet_frame, from_frenet, poly_eval, polyline, quartic, quintic,
-                                to_frenet, valid_mask)
+from pipelines.geometry import (Polyline, curvature, frenet_frame, from_frenet, poly_eval_at, polyline, quartic,
+                                quintic, to_frenet, valid_mask)
 
 if (schema.ODOM_COLS[:4] != ("x", "y", "yaw", "vx") or schema.TRACK_COLS[2:4] != ("x", "y")
         or schema.TRACK_COLS[6:9] != ("yaw", "l", "w")):
@@ -73,9 +73,49 @@ def _ego_frenet(odom: Tensor, route: Tensor,
 
 
 @kernel
+def _reference(odom: Tensor, route: Tensor, route_count: Tensor, tracks: Tensor, n: Tensor, on_cpu: bool,
+               line: List[Tensor], ego: Tensor, track_frenet: Tensor) -> None:
+    """The reference line and who is where on it, once per job for the ops after it: ``line`` (the
+    ``Polyline``'s fields, padded to their buffers' size), ``ego`` (5,) s0, d0, s', d', speed and
+    ``track_frenet`` (3, MAX_TRACKS) s, d, lane heading of each confirmed track now."""
+    pl = polyline(route, route_count, odom, line[0].shape[0])
+    if on_cpu:  # reading the count costs nothing on the host; on CUDA all slots stay (capturable)
+        tracks = tracks[:int(n[0])]
+    # The ego and the tracks in one search: every point is projected on its own (row by row the same).
+    s, d, psi = to_frenet(pl, torch.cat((odom[0:2].float()[None], tracks[:, 2:4])))    # x, y
+    dpsi = odom[2].float() - psi[0]                      # yaw
+    v = odom[3].float().clamp(min=0.0)                   # vx
+    line[0].copy_(pl.p)
+    line[1].copy_(pl.vec)
+    line[2].copy_(pl.length)
+    line[3].copy_(pl.s0)
+    line[4].copy_(pl.heading)
+    line[5].copy_(pl.last.reshape(1))
+    torch.stack((s[0], d[0], v * torch.cos(dpsi), v * torch.sin(dpsi), v), out=ego)
+    track_frenet[:, :tracks.shape[0]].copy_(torch.stack((s[1:], d[1:], psi[1:])))
+
+
+def _line(line: List[Tensor]) -> Polyline:
+    """The ``Polyline`` in the buffers ``_reference`` wrote (a list of tensors crosses into TorchScript
+    faster than a NamedTuple)."""
+    return Polyline(line[0], line[1], line[2], line[3], line[4], line[5].view(()))
+
+
+@kernel
 def _stop(odom: Tensor, route: Tensor, route_count: Tensor, t: Tensor, mrm_decel: float, traj: Tensor) -> None:
     """The minimal-risk stop's body: brake at ``mrm_decel`` at the current offset, into ``traj``."""
     pl, s0, d0, _vs, _vd, v0 = _ego_frenet(odom, route, route_count)
+    _brake(pl, s0, d0, v0, t, mrm_decel, traj)
+
+
+@kernel
+def _stop_on(line: List[Tensor], ego: Tensor, t: Tensor, mrm_decel: float, traj: Tensor) -> None:
+    """``_stop`` on the reference line and ego state ``_reference`` prepared."""
+    _brake(_line(line), ego[0], ego[1], ego[4], t, mrm_decel, traj)
+
+
+def _brake(pl: Polyline, s0: Tensor, d0: Tensor, v0: Tensor, t: Tensor, mrm_decel: float, traj: Tensor) -> None:
+    """Brake at ``mrm_decel`` from (s0, d0) at speed v0 along ``pl``, into ``traj``."""
     tc = torch.minimum(t, v0 / mrm_decel)
     travelled = v0 * tc - 0.5 * mrm_decel * tc ** 2                   # along our lane, at offset d0
     # Arc length on the reference advances by 1 / (1 - kappa d0) per metre driven at offset d0.
@@ -97,27 +137,39 @@ def _initial_accel(last: Tensor, odom: Tensor, max_decel: float, max_accel: floa
 
 
 @kernel
-def _build(odom: Tensor, route: Tensor, route_count: Tensor, last: Tensor, allowed: Tensor, d1: Tensor,
-           lat_d1: Tensor, lat_tm: Tensor, lon_v1: Tensor, lon_tm: Tensor, lat_of: Tensor, lon_of: Tensor, t: Tensor,
-           frac: Tensor, d_lo: float, d_hi: float, q: Knobs, cand: Tensor, cost: Tensor) -> None:
-    """The candidates' body: every lateral and speed profile, checked and priced, gathered per candidate."""
+def _build(odom: Tensor, line: List[Tensor], ego: Tensor, last: Tensor, allowed: Tensor, d1: Tensor,
+           lat_d1: Tensor, lon_v1: Tensor, tm: Tensor, at: Tuple[Tensor, Tensor, Tensor], lane_cost: Tensor,
+           lat_of: Tensor, lon_of: Tensor, t: Tensor, frac: Tensor, d_lo: float, d_hi: float, q: Knobs, cand: Tensor,
+           cost: Tensor) -> None:
+    """The candidates' body: every lateral and speed profile, checked and priced, gathered per candidate.
+
+    ``tm`` holds the lateral profiles' manoeuvre times, then the speed profiles'; ``at`` is
+    ``poly_times(t, tm)`` and ``lane_cost`` each candidate's lane-keeping cost (both fixed by the grid).
+    """
     c, N = cand.shape[0], t.shape[0]            # candidates, TRAJ_POINTS
-    pl, s0, d0, vs0, vd0, _ = _ego_frenet(odom, route, route_count)
+    pl, s0, d0, vs0, vd0 = _line(line), ego[0], ego[1], ego[2], ego[3]
+    nl = lat_d1.shape[0]                        # lateral profiles
+    lat_tm, lon_tm = tm[:nl], tm[nl:]
     zl, zs = torch.zeros_like(lat_d1), torch.zeros_like(lon_v1)
-    lat = poly_eval(quintic(d0 + zl, vd0 + zl, zl, lat_d1, zl, zl, lat_tm), t, lat_tm)
-    d, dd, ddd, dddd = lat[0], lat[1], lat[2], lat[3]     # TorchScript unpacks no tensor
     a0 = _initial_accel(last, odom, q.max_decel, q.max_accel, q.dt)
-    lon = poly_eval(quartic(s0 + zs, vs0 + zs, a0 + zs, lon_v1, zs, lon_tm), t, lon_tm)
+    # Both kinds of profile evaluated at once (row by row the same numbers as one call each).
+    prof = poly_eval_at(torch.cat((quintic(d0 + zl, vd0 + zl, zl, lat_d1, zl, zl, lat_tm),
+                                   quartic(s0 + zs, vs0 + zs, a0 + zs, lon_v1, zs, lon_tm))), at[0], at[1], at[2])
+    lat, lon = prof[:, :nl], prof[:, nl:]
+    d, ddd, dddd = lat[0], lat[2], lat[3]     # TorchScript unpacks no tensor
     s, ds, dds, ddds = lon[0], lon[1], lon[2], lon[3]
     excess = torch.maximum(d - d_hi, d_lo - d).clamp(min=0.0)
     lat_ok = ((ddd.abs() <= q.max_lat_accel) & (dddd.abs() <= q.max_jerk)
               & (excess <= excess[:, :1] + 1e-3)).all(dim=1)
     lon_ok = ((dds >= -q.max_decel) & (dds <= q.max_accel) & (ds >= -0.1) & (ddds.abs() <= q.max_jerk)).all(dim=1)
-    dd_c, ds_c = dd[lat_of], ds[lon_of]
-    ok = lat_ok[lat_of] & lon_ok[lon_of] & (dd_c.abs() <= 0.6 * ds_c.clamp(min=0.0) + 0.3).all(dim=1)
-    lane_err = (d1[:, None] - allowed[None, :]).abs().min(dim=1)[0]
+    # Per candidate (4, C, N): d and its 3 derivatives, s and its (one gather each; index_select, not
+    # x[index]: no advanced-indexing overhead).
+    lat_c, lon_c = lat.index_select(1, lat_of), lon.index_select(1, lon_of)
+    dd_c, ds_c = lat_c[1], lon_c[1]
+    ok = lat_ok.index_select(0, lat_of) & lon_ok.index_select(0, lon_of) \
+        & (dd_c.abs() <= 0.6 * ds_c.clamp(min=0.0) + 0.3).all(dim=1)
     own = allowed.index_select(0, (d0 - allowed).abs().argmin().reshape(1))   # not allowed[0-dim]: a host read
-    j = q.w_jerk * (ddds[lon_of] ** 2 + dddd[lat_of] ** 2).mean(dim=1) + q.w_lane * lane_err ** 2 \
+    j = q.w_jerk * (lon_c[3] ** 2 + lat_c[3] ** 2).mean(dim=1) + lane_cost \
         + q.w_change * (d1 - own).abs() / q.lane_width
     cost.copy_(torch.where(ok, j, math.inf))
     # Braking tail after the horizon: straight on along the lane at the final offset.
@@ -126,21 +178,34 @@ def _build(odom: Tensor, route: Tensor, route_count: Tensor, last: Tensor, allow
     ss, dl = torch.cat((s, s_tail), 1), torch.cat((d, d[:, -1:].expand(-1, q.tail_steps)), 1)
     # The lane frame along each speed profile, then offset sideways per candidate.
     bx, by, h = frenet_frame(pl, ss)
-    sin_h, cos_h = torch.sin(h)[lon_of], torch.cos(h)[lon_of]
-    dl_c = dl[lat_of]
-    x, y, h = bx[lon_of] - sin_h * dl_c, by[lon_of] + cos_h * dl_c, h[lon_of]
+    frame = torch.stack((torch.sin(h), torch.cos(h), bx, by, h, ss)).index_select(1, lon_of)   # per candidate
+    sin_h, cos_h = frame[0], frame[1]
+    dl_c = dl.index_select(0, lat_of)
+    x, y, h = frame[2] - sin_h * dl_c, frame[3] + cos_h * dl_c, frame[4]
     # Speed along the driven curve: the reference's rate scaled by 1 - kappa d, plus the lateral rate.
-    ds_lane = ds_c * (1.0 - curvature(pl, s)[lon_of] * d[lat_of])
+    ds_lane = ds_c * (1.0 - curvature(pl, s).index_select(0, lon_of) * lat_c[0])
     yaw = h[:, :N] + torch.atan2(dd_c, ds_lane.clamp(min=0.01))
     speed = torch.hypot(ds_lane, dd_c)
     torch.stack((x, y, torch.cat((yaw, h[:, N:]), 1), torch.cat((speed, speed.new_zeros([c, q.tail_steps])), 1),
-                 ss[lon_of], dl_c), -1, out=cand)
+                 frame[5], dl_c), -1, out=cand)
+
+
+def _sq_dists(x1_: Tensor, x2: Tensor, out: Tensor) -> Tensor:
+    """Squared distances (B, P, Q) of points (B, P, 2) and (B, Q, 2), the first given as
+    ``(-2 x, -2 y, x^2 + y^2, 1)`` (B, P, 4): ``torch.cdist`` with ``compute_mode="use_mm_for_euclid_dist"``
+    before its final ``clamp_min_(0).sqrt_()``, op for op (aten's ``_euclidean_dist``; the sum of two
+    squares is the same float as its ``pow(2).sum(-1)``), so that the same bits come out. Written into
+    the front of ``out`` (flat, planned memory: a fresh tensor this large costs page faults every job)."""
+    x2_norm = x2.pow(2).sum(-1, keepdim=True)
+    x2_ = torch.cat((x2, torch.ones_like(x2_norm), x2_norm), -1)
+    b, p, q = x1_.shape[0], x1_.shape[1], x2.shape[1]
+    return torch.matmul(x1_, x2_.transpose(-2, -1), out=out[:b * p * q].view(b, p, q))
 
 
 @kernel
-def _clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tensor, odom: Tensor, route: Tensor,
-               route_count: Tensor, frac: Tensor, ego_off: Tensor, ego_r: Tensor, on_cpu: bool, k_rss: int, vt: float,
-               half_lane: float, q: Knobs, total: Tensor) -> None:
+def _clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tensor, odom: Tensor, line: List[Tensor],
+               track_frenet: Tensor, frac: Tensor, ego_off: Tensor, ego_r: Tensor, on_cpu: bool, k_rss: int, vt: float,
+               half_lane: float, q: Knobs, total: Tensor, dist_ws: Tensor) -> None:
     """The clearance body: overlap, RSS distances and speed tracking of every candidate, into ``total``."""
     c, e, N = cand.shape[0], frac.shape[0], pred.shape[1] + 1   # candidates, tail steps, TRAJ_POINTS
     origin = odom[0:2].float()                  # centre coordinates: cdist stays precise
@@ -157,8 +222,9 @@ def _clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tens
     # Obstacles in the lane frame: who is ahead of whom, and in which lane, follows the road.
     # Project the positions now by full search, the predicted ones near where the lane speed
     # puts them (a window of segments, not the whole route).
-    pl = polyline(route, route_count, odom)
-    s_now, d_now, h_now = to_frenet(pl, path[:, 0])
+    pl = _line(line)
+    now = track_frenet[:, :tracks.shape[0]]             # s, d, lane heading now: ``_reference``'s
+    s_now, h_now = now[0], now[2]
     v_s = speed[:, :1] * torch.cos(head[:, :1] - h_now[:, None])
     guess = s_now[:, None] + v_s * torch.arange(N, device=path.device) * q.dt
     so, do, lane_h = to_frenet(pl, path.reshape(-1, 2), guess.reshape(-1))
@@ -176,14 +242,21 @@ def _clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tens
     ob_xy, ob_h = torch.cat((path, tail), 1) - origin, torch.cat((head, head[:, -1:].expand(-1, e)), 1)
     off, r_obs = _circles(tracks[:, 7].clamp(min=0.3), tracks[:, 8].clamp(min=0.3))
     ob = ob_xy[:, :, None] + off[:, None, :, None] * torch.stack((torch.cos(ob_h), torch.sin(ob_h)), -1)[:, :, None]
-    eg = cand[..., None, :2] - origin + ego_off[:, None] * torch.stack(
-        (torch.cos(cand[..., 2]), torch.sin(cand[..., 2])), -1)[..., None, :]         # (C, T, 3, 2)
+    # The ego's circles as the distance matmul reads them, (T, 3, C) each of x and y: every op runs
+    # along the candidates (a trailing dim of 2 makes an op many times slower), the same numbers.
+    ct = cand.transpose(0, 1)                                                           # (T, C, 6)
+    off = ego_off[None, :, None]
+    ex = (ct[..., 0] - origin[0])[:, None] + off * torch.cos(ct[..., 2])[:, None]       # x, yaw
+    ey = (ct[..., 1] - origin[1])[:, None] + off * torch.sin(ct[..., 2])[:, None]       # y, yaw
     steps = cand.shape[1]
-    # The matmul form is exact enough: coordinates are ego-centred (|x| < ~200 m).
-    dist = torch.cdist(eg.permute(1, 2, 0, 3).reshape(steps, -1, 2), ob.permute(1, 2, 0, 3).reshape(steps, -1, 2),
-                       compute_mode="use_mm_for_euclid_dist").view(steps, 3, c, 3, -1)
-    near = torch.minimum(torch.minimum(dist[:, 0], dist[:, 1]), dist[:, 2])             # (T, C, 3, M)
+    # The matmul form is exact enough: coordinates are ego-centred (|x| < ~200 m). The nearest of
+    # the 3 x 3 circle pairs is taken on the squared distances, then clamped and rooted: both are
+    # monotone, so this is the minimum of cdist's distances bit for bit, at a ninth of the roots.
+    eg_ = torch.stack((ex.mul(-2), ey.mul(-2), ex.pow(2) + ey.pow(2), torch.ones_like(ex)), -1).view(steps, -1, 4)
+    dist2 = _sq_dists(eg_, ob.permute(1, 2, 0, 3).reshape(steps, -1, 2), dist_ws).view(steps, 3, c, 3, -1)
+    near = torch.minimum(torch.minimum(dist2[:, 0], dist2[:, 1]), dist2[:, 2])          # (T, C, 3, M)
     near = torch.minimum(torch.minimum(near[:, :, 0], near[:, :, 1]), near[:, :, 2])    # (T, C, M)
+    near = near.clamp_min_(0.0).sqrt_()
     gap = torch.where(live, near - ego_r - r_obs, math.inf)
     collide = (gap < q.safety_margin).any(dim=2).any(dim=0)
     risk = ((1.0 - gap / (3 * q.clear_sigma)).clamp(min=0.0) ** 2).sum(dim=(0, 2)) / steps   # a bump, no exp
@@ -192,22 +265,23 @@ def _clearance(cand: Tensor, base: Tensor, tracks: Tensor, pred: Tensor, n: Tens
     # v rho + v^2 / 2 a_ego - v_lead^2 / 2 a_lead + standstill gap, against the bumper gap.
     se, de, v = cand[:, :N, 4:5], cand[:, :N, 5:6], cand[:, :N, 3:4]
     along = so.T[None] - se
-    bumper = along - q.ego_length / 2 - half_len.T[None]
-    ahead = live & (along > 0) & ((do.T[None] - de).abs() < q.ego_width / 2 + half_wid.T[None] + 0.3)
-    need = v * q.rss_response + v ** 2 / (2 * q.tail_decel) - v_lane.T[None] ** 2 / (2 * q.other_decel) \
-        + q.rss_standstill
+    hl = half_len.T[None]
+    bumper = along - q.ego_length / 2 - hl
+    corridor = (do.T[None] - de).abs() < q.ego_width / 2 + half_wid.T[None] + 0.3     # ahead or behind
+    ahead = live & (along > 0) & corridor
+    stop_ego, stop_lane = v ** 2 / (2 * q.tail_decel), v_lane.T[None] ** 2 / (2 * q.other_decel)
+    need = v * q.rss_response + stop_ego - stop_lane + q.rss_standstill
     short = torch.where(ahead, (need - bumper).clamp(min=0.0), 0.0)
     rss = (short ** 2).sum(dim=(1, 2)) / N
     # Hard from rss_from_s on, but only where worse than now: what is short already (a cut-in,
     # a standstill close behind) cannot be undone and must not force the fallback.
-    unsafe = (short[:, k_rss:] > short[:, :1] + 0.1).flatten(1).any(dim=1)
+    unsafe = (short[:, k_rss:] > short[:, :1] + 0.1).any(dim=2).any(dim=1)
     # The same distance for whoever follows in the corridor (mirrored: can it stop if we brake at
     # tail_decel?), priced where it grows beyond now: no cutting in front of a closing car, no
     # braking harder than a close follower can. Soft only: the minimal-risk stop brakes too.
-    gap_b = -along - q.ego_length / 2 - half_len.T[None]
-    behind = live & (along < 0) & ((do.T[None] - de).abs() < q.ego_width / 2 + half_wid.T[None] + 0.3)
-    need_b = v_lane.T[None] * q.rss_response + v_lane.T[None] ** 2 / (2 * q.other_decel) \
-        - v ** 2 / (2 * q.tail_decel) + q.rss_standstill
+    gap_b = -along - q.ego_length / 2 - hl
+    behind = live & (along < 0) & corridor
+    need_b = v_lane.T[None] * q.rss_response + stop_lane - stop_ego + q.rss_standstill
     short_b = torch.where(behind, (need_b - gap_b).clamp(min=0.0), 0.0)
     rear = (((short_b - short_b[:, :1]).clamp(min=0.0)) ** 2).sum(dim=(1, 2)) / N
 

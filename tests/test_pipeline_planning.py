@@ -276,6 +276,7 @@ def test_kernels_write_what_their_python_bodies_write_bit_for_bit(monkeypatch):
 
     def run() -> list[torch.Tensor]:
         plan_ex = GraphExecutor(build_planning_graph(target_speed=10.0, w_lead=1.0))
+        mrm_ex = GraphExecutor(build_minimal_risk_graph())
         pred_ex = GraphExecutor(build_prediction_graph(road=RoadLayout.uniform(3), accel=True))
         state, last, outs, status = initial_prediction_state(), None, [], []
         for s in jobs():
@@ -284,13 +285,14 @@ def test_kernels_write_what_their_python_bodies_write_bit_for_bit(monkeypatch):
             state = {"motion_in": p["motion"].clone(), "motion_t_in": p["motion_t"].clone()}
             out = plan_ex.run({**s, "last_trajectory": last} if last is not None else s)
             last = out["trajectory"].clone()
-            outs += [v.clone() for v in (*p.values(), *out.values())]
+            mrm = mrm_ex.run({k: s[k] for k in ("odom", "route", "route_count")})
+            outs += [v.clone() for v in (*p.values(), *out.values(), *mrm.values())]
             status.append(int(out["plan_status"]))
         assert status == [0, 0, 1, 0]           # the wall: the minimal-risk stop
         return outs
 
-    names = ((planning, "_build"), (planning, "_stop"), (planning, "_clearance"), (planning, "_select"),
-             (prediction, "_predict"))
+    names = ((planning, "_reference"), (planning, "_build"), (planning, "_stop"), (planning, "_stop_on"),
+             (planning, "_clearance"), (planning, "_select"), (prediction, "_predict"))
     compiled = run()
     if not planning._build.eager:
         assert all(isinstance(getattr(m, n).compiled, torch.jit.ScriptFunction) for m, n in names)
@@ -300,6 +302,39 @@ def test_kernels_write_what_their_python_bodies_write_bit_for_bit(monkeypatch):
     eager = run()
     bits = lambda t: (t.dtype, t.shape, t.reshape(-1).view(torch.uint8))  # noqa: E731 - NaN compares too
     assert all(bits(a)[:2] == bits(b)[:2] and torch.equal(bits(a)[2], bits(b)[2]) for a, b in zip(compiled, eager))
+
+
+@pytest.mark.parametrize("route", [ROUTE[:5], ARC[:40], ROUTE[:1]], ids=["short", "curve", "one vertex"])
+def test_a_polyline_padded_to_a_buffer_gives_the_same_bits(route):
+    """The planner's ops share one reference line padded to MAX_ROUTE vertices (``polyline(rows=...)``):
+    every projection and frame on it is bit for bit the unpadded line's, beyond both ends too."""
+    from pipelines.geometry import curvature, frenet_frame, polyline, to_frenet
+
+    pose = torch.tensor([30.0, 2.0, 0.2, 8.0, 0.0, 0.0], dtype=torch.float64)
+    short, padded = (polyline(route, ONE(len(route)), pose, rows) for rows in (0, schema.MAX_ROUTE))
+    assert padded.p.shape[0] == schema.MAX_ROUTE and short.p.shape[0] < schema.MAX_ROUTE
+    g = torch.Generator().manual_seed(5)
+    xy = torch.stack((torch.rand(50, generator=g) * 140 - 20, torch.rand(50, generator=g) * 40 - 10), 1)
+    s, guess = torch.rand(7, 9, generator=g) * 160 - 20, xy[:, 0] + torch.randn(50, generator=g) * 5
+    for f in (lambda pl: to_frenet(pl, xy), lambda pl: to_frenet(pl, xy, guess), lambda pl: frenet_frame(pl, s),
+              lambda pl: (curvature(pl, s),)):
+        assert all(torch.equal(u.view(torch.int32), v.view(torch.int32)) for u, v in zip(f(short), f(padded)))
+
+
+def test_squared_distances_are_cdists_before_its_root_bit_for_bit():
+    """The clearance takes the nearest circles on squared distances, then roots: it relies on
+    ``_sq_dists`` being ``torch.cdist``'s matmul form op for op (a torch upgrade could change that)."""
+    from pipelines.planning_kernels import _sq_dists
+
+    g = torch.Generator().manual_seed(2)
+    for b, p, q in ((35, 378, 18), (3, 7, 1), (1, 40, 33)):
+        x1, x2 = ((torch.rand(b, n, 2, generator=g) - 0.5) * 300 for n in (p, q))
+        x2[:, :1] = x1[:, :1]                                          # coincident points: a zero distance
+        packed = torch.stack((x1[..., 0].mul(-2), x1[..., 1].mul(-2), x1[..., 0].pow(2) + x1[..., 1].pow(2),
+                              torch.ones_like(x1[..., 0])), -1)
+        want = torch.cdist(x1, x2, compute_mode="use_mm_for_euclid_dist")
+        got = _sq_dists(packed, x2, torch.full((b * p * q + 5,), math.nan)).clamp_min_(0.0).sqrt_()
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
 
 
 def test_prediction_on_cpu_computes_the_confirmed_rows_only_with_the_all_slots_bits():
