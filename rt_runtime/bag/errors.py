@@ -13,3 +13,9 @@ class CodecError(BagError):
 
 class BagWarning(UserWarning):
     """Something was skipped but reading went on (truncated file, undecodable messages)."""
+
+
+def one_line(text: str, limit: int = 240) -> str:
+    """`text` on one line (runs of whitespace made one space), cut to `limit` characters with an ellipsis."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -257,3 +259,21 @@ def salvage_sqlite(path: Path) -> Salvaged:
     out.closer = con
     return out
 
+
+
+def salvaged_messages(salvaged: list[Salvaged], wanted: set[str], start_ns: int | None,
+                      stop_ns: int | None) -> Iterator[tuple[int, str, bytes | memoryview, int]]:
+    """(t_ns, topic, data, per-topic seq) of the salvaged files' `wanted` messages in [start_ns, stop_ns),
+    ordered by time, topic, then file and position (seq counts the messages outside the range too)."""
+    items = [(e[0], e[1], i, k, e[2]) for k, s in enumerate(salvaged)
+             for i, e in enumerate(s.entries) if e[1] in wanted]
+    items.sort(key=lambda x: x[:4])
+    seq: Counter[str] = Counter()
+    for t, topic, _i, k, loc in items:
+        if (start_ns is not None and t < start_ns) or (stop_ns is not None and t >= stop_ns):
+            seq[topic] += 1
+            continue
+        fetch = salvaged[k].fetch
+        raw = fetch(loc) if fetch is not None else bytes(loc)
+        yield t, topic, raw, seq[topic]
+        seq[topic] += 1
