@@ -22,7 +22,6 @@ WallClock (``--speed X``) messages are fed at X times their recorded pace; timin
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -31,6 +30,7 @@ from ..config.stack import IngressRoute, StackConfig
 from ..sched import CostModel
 from .feed import codec_problems
 from .feed_process import READERS, ProcessFeed, bag_bytes, reader_kind
+from .parallel import wanted_threads
 from .result import ReplayError, ReplayResult
 from .run import DIAGNOSTICS_TOPIC, LET_COUNTERS, ReplayRun
 
@@ -77,7 +77,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     bag = _checked_bag(bag_path, cfg, wanted)
     duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
     # The reader process starts first: its start-up overlaps building and warming the stack.
-    computing = max(1, parallel if parallel is not None else os.cpu_count() or 1)   # as parallel_threads asks
+    computing = max(1, wanted_threads(parallel))
     in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
     feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
     try:

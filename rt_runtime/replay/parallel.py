@@ -5,12 +5,17 @@ import os
 from typing import Any, Sequence
 
 
+def wanted_threads(parallel: int | None) -> int:
+    """The threads ``parallel`` asks to compute jobs: None is one per core."""
+    return parallel if parallel is not None else (os.cpu_count() or 1)
+
+
 def parallel_threads(parallel: int | None, logical: bool, bindings: Sequence[Any], notes: list[str]) -> int:
     """Threads computing jobs (0: the serial driver) for ``parallel`` (None: one per core); a note where
     the request cannot be met."""
     if parallel is not None and parallel < 0:
         raise ValueError(f"--parallel: expected 1 or more threads, found {parallel}")
-    want = parallel if parallel is not None else (os.cpu_count() or 1)
+    want = wanted_threads(parallel)
     if want == 0:
         return 0
     if not logical:
