@@ -121,9 +121,9 @@ class ComputePool:
     """N threads computing in submission order: N pool threads (N > 1), or the driver alone (N = 1).
 
     The driver computes too, but only what it waits for: when it needs a result that no thread has
-    started, it runs that computation (or one it depends on) itself rather than sleep, so with N = 1
-    every job is computed in the driver, lazily, where its result is first read; with ``eager`` at once
-    when submitted.
+    started, it runs that computation (or one it depends on) itself; if a thread has, it sleeps. So
+    with N = 1 every job is computed in the driver, lazily, where its result is first read; with
+    ``eager`` at once when submitted.
     A computation runs once those it depends on are done (its task's previous one, the chain
     members it reads)."""
 
