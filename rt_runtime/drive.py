@@ -137,7 +137,7 @@ def open_stack(cfg: StackConfig, bindings: Sequence[TaskBinding], initial: dict[
                workers: int | None = None, cost: CostModel | None = None, sink: EventSink | None = None,
                egress: Egress | None = None, threaded: bool = False, realtime: bool = False,
                parallel: int | None = None, adopt_ingress: bool = False, stall_after_ns: int | None = None,
-               chains: Sequence[Chain] | None = None) -> StackRuntime:
+               chains: Sequence[Chain] | None = None, optimistic: bool = False) -> StackRuntime:
     """The runtime for ``cfg``'s ``bindings`` (from ``build_bindings``, possibly wrapped) and the caller's options.
 
     ``workers``: None takes the config's. ``realtime``: on the wall clock, what applies where the
@@ -149,7 +149,8 @@ def open_stack(cfg: StackConfig, bindings: Sequence[TaskBinding], initial: dict[
     try:
         rt = Runtime(bindings, policy=cfg.policy, clock=clock, workers=workers or cfg.workers, steal=cfg.steal,
                      channels=cfg.channels, device=device, cost=cost, sink=sink, egress=egress, threaded=threaded,
-                     parallel=parallel, adopt_ingress=adopt_ingress, stall_after_ns=stall_after_ns,
+                     parallel=parallel, optimistic=optimistic, adopt_ingress=adopt_ingress,
+                     stall_after_ns=stall_after_ns,
                      chains=run_chains(cfg, bindings)[0] if chains is None else chains,
                      **(runtime_kwargs(cfg.realtime, default=realtime) if not clock.virtual else {"realtime": False}))
     except BaseException:

@@ -23,6 +23,9 @@ def run(background: bool, fail_at: int | None = None) -> tuple[list[tuple[str, i
     try:
         for k in range(60):
             c.emit(f"/diag{k % 3}", k * 1_000_000, diagnostics({**STATS, "n": {"released": k}}, k))
+            if k % 7 == 6:   # written once their instants are flushed, in time order
+                c.flush(k * 1_000_000)
+        c.flush(60 * 1_000_000)
         c.drain()
     finally:
         c.close()

@@ -41,3 +41,42 @@ def test_json_reports_the_threads_computing(short_bag: Path, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["parallel"] == 2
     assert main(["replay", str(short_bag), "--parallel", "0"]) == 2
     assert "--parallel: expected a thread count from 1 to 1024, found '0'" in capsys.readouterr().err
+
+
+def test_a_lost_bet_replays_again_and_gives_the_outputs_of_one_thread(short_bag: Path, tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    """Radar's first op raises on scans of some sizes (an op fault that depends only on the data, so it hits
+    the same jobs in every run), after 30 ms: the driver has published the job on a bet by then. The bet
+    is lost, the replay runs again without betting, and its outputs are those of one thread."""
+    import dataclasses
+    import time
+
+    from rt_runtime.config.stack import build_bindings
+    from rt_runtime.core import Graph
+
+    def faulty(cfg, **kw):
+        bindings, initial = build_bindings(cfg, **kw)
+        for i, b in enumerate(bindings):
+            if b.name == "radar_objects":
+                g = b.graph
+                fn = g.ops[0].fn
+
+                def first(*args, _fn=fn):
+                    if args[0].shape[0] % 9 == 4:
+                        time.sleep(0.03)
+                        raise RuntimeError("radar: a fault on this scan")
+                    _fn(*args)
+                ops = [dataclasses.replace(g.ops[0], fn=first), *g.ops[1:]]
+                bindings[i] = dataclasses.replace(b, graph=Graph(g.name, ops, g.inputs, [s.name for s in g.outputs]))
+        return bindings, initial
+
+    monkeypatch.setattr("rt_runtime.replay.run.build_bindings", faulty)
+    cfg = load_stack(CONFIG)
+    one = replay(short_bag, cfg, out=tmp_path / "one", until_s=2.0, parallel=1, hardware=False)
+    assert one.stats["radar_objects"]["errors"] > 0 and "lost_bet" not in one.extra
+    capsys.readouterr()
+    two = replay(short_bag, cfg, out=tmp_path / "two", until_s=2.0, parallel=2, hardware=False)
+    assert "task 'radar_objects' job" in two.extra["lost_bet"]
+    assert "replaying again with each result computed before it is published" in capsys.readouterr().err
+    assert two.output_digest == one.output_digest and two.stats == one.stats
+    assert messages(tmp_path / "two") == messages(tmp_path / "one")

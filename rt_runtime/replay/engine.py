@@ -22,12 +22,14 @@ WallClock (``--speed X``) messages are fed at X times their recorded pace; timin
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..bag import BagError, BagReader, open_bag
 from ..config.stack import IngressRoute, StackConfig
 from ..sched import CostModel
+from ..sched.optimistic import Mispredicted
 from .feed import codec_problems
 from .feed_process import READERS, ProcessFeed, bag_bytes, reader_kind
 from .parallel import wanted_threads
@@ -74,30 +76,42 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     if reader not in READERS:
         raise ReplayError(f"reader: expected one of {', '.join(READERS)}, found {reader!r}")
     wanted = {r.topic: r for r in cfg.ingress}
-    bag = _checked_bag(bag_path, cfg, wanted)
-    duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
-    # The reader process starts first: its start-up overlaps building and warming the stack.
-    computing = max(1, wanted_threads(parallel))
-    in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
-    feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
-    try:
-        run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
-                        stop=stop)
-        run.open(out=out, out_format=out_format, replace=replace, speed=speed, workers=workers, timing=timing,
-                 cost=cost, speculate=speculate, hardware=hardware, retain_channels=retain_channels,
-                 parallel=parallel)
-    except BaseException:
-        if feed is not None:   # a set-up that failed leaves no reader process behind
-            feed.close()
-        raise
-    try:
-        run.feed()
-    except BaseException:
-        run.abort()   # an error mid-run: nothing is left at ``out``, a rerun starts clean
-        raise
-    finally:
-        run.close()
-    return run.result(trace)
+    lost = None
+    for optimistic in (True, False):   # a lost bet (sched.optimistic): once more, each result settled first
+        bag = _checked_bag(bag_path, cfg, wanted)
+        duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
+        # The reader process starts first: its start-up overlaps building and warming the stack.
+        computing = max(1, wanted_threads(parallel))
+        in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
+        feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
+        try:
+            run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
+                            stop=stop)
+            run.open(out=out, out_format=out_format, replace=replace, speed=speed, workers=workers, timing=timing,
+                     cost=cost, speculate=speculate, hardware=hardware, retain_channels=retain_channels,
+                     parallel=parallel, optimistic=optimistic)
+        except BaseException:
+            if feed is not None:   # a set-up that failed leaves no reader process behind
+                feed.close()
+            raise
+        try:
+            run.feed()
+        except Mispredicted as e:
+            run.abort()   # nothing of it is kept: the rerun writes ``out`` from the start
+            lost = str(e)
+            print(f"rt-runtime replay: note: --parallel: {lost}; replaying again with each result computed before "
+                  "it is published (the same outputs, slower)", file=sys.stderr)
+            continue
+        except BaseException:
+            run.abort()   # an error mid-run: nothing is left at ``out``, a rerun starts clean
+            raise
+        finally:
+            run.close()
+        break
+    result = run.result(trace)
+    if lost is not None:
+        result.extra["lost_bet"] = lost
+    return result
 
 
 def _checked_bag(bag_path: str | Path, cfg: StackConfig, wanted: dict[str, IngressRoute]) -> BagReader:

@@ -60,6 +60,7 @@ class OutputCollector:
             for role, channel in r.channels.items():
                 self.by_channel[channel].append((r, role))
         self._pending: dict[int, dict[str, np.ndarray]] = defaultdict(dict)
+        self._after: dict[int, list[tuple[str, Any]]] = defaultdict(list)   # t -> messages after its outputs
         self._lock = threading.Lock()
         self.counts: dict[str, int] = dict.fromkeys((r.topic for r in self.routes), 0)
         # codec -> [(t, {role: array})]: what quality measures read after the run
@@ -93,8 +94,10 @@ class OutputCollector:
                     kept.append((t_ns, value))
 
     def emit(self, topic: str, t_ns: int, msg: Any) -> None:
-        """Write one message that is not a LET output (diagnostics), in the same stream."""
-        self._later(lambda: self._write(topic, t_ns, to_cdr(msg)))
+        """Write one message that is not a LET output (diagnostics) after the outputs of ``t_ns``, when
+        that instant is flushed."""
+        with self._lock:
+            self._after[t_ns].append((topic, msg))
 
     def _later(self, fn: Callable[[], None]) -> None:
         if self._pool is None:
@@ -128,13 +131,13 @@ class OutputCollector:
     def flush(self, upto_ns: int) -> None:
         """Encode and write every instant <= ``upto_ns``, oldest first, routes in topic order."""
         with self._lock:
-            ready = sorted(t for t in self._pending if t <= upto_ns)
-            batches = [(t, self._pending.pop(t)) for t in ready]
+            ready = sorted({t for t in self._pending if t <= upto_ns} | {t for t in self._after if t <= upto_ns})
+            batches = [(t, self._pending.pop(t, {}), self._after.pop(t, ())) for t in ready]
         if batches:
             self._later(lambda: self._encode(batches))
 
-    def _encode(self, batches: list[tuple[int, dict[str, np.ndarray]]]) -> None:
-        for t, values in batches:
+    def _encode(self, batches: list[tuple[int, dict[str, np.ndarray], Any]]) -> None:
+        for t, values, after in batches:
             for r in self.routes:
                 if all(c in values for c in r.channels.values()):
                     codec = EGRESS_CODECS[r.codec]
@@ -142,3 +145,5 @@ class OutputCollector:
                     self._write(r.topic, t, codec.to_cdr(group, self.start_ns + t, self.frame))
                     if self.retained is not None:
                         self.retained[r.codec].append((t, group))
+            for topic, msg in after:
+                self._write(topic, t, to_cdr(msg))

@@ -77,7 +77,7 @@ class ReplayRun:
 
     def open(self, *, out: str | Path | None, out_format: str, replace: bool, speed: str | float,
              workers: int | None, timing: str, cost: CostModel | None, speculate: bool | None, hardware: bool,
-             retain_channels: Sequence[str] | None, parallel: int | None) -> None:
+             retain_channels: Sequence[str] | None, parallel: int | None, optimistic: bool = False) -> None:
         """Build and warm the stack, then create the output bag (``replay``'s arguments of the same names)."""
         import torch
 
@@ -108,6 +108,7 @@ class ReplayRun:
         self.stack = stack = open_stack(
             cfg, bindings, initial, clock=self.clock, workers=workers, cost=cost, sink=self.ring,
             egress=self.collector.on_publish, chains=self.chains, parallel=threads or None,
+            optimistic=optimistic and threads > 1,   # publish on a bet (sched.optimistic); a lost bet: rerun
             adopt_ingress=True,   # the feed's tensors are fresh: no copy at ingress
             # on the wall clock a speculating task needs worker threads (the inline driver does not
             # speculate), and SCHED_FIFO applies where the OS permits unless the config's realtime: says
@@ -159,7 +160,7 @@ class ReplayRun:
             if item.t_ns > 0 and (not self.virtual or any(ch in triggers for ch in item.route.channels.values())):
                 self._advance(item.t_ns - 1)
             self._push(item)
-        self._advance(self.duration_ns)
+        self._advance(self.duration_ns, last=True)
         self.collector.drain()   # the writer thread's last batches (and its error, if it had one)
 
     def _push(self, item: FeedItem) -> None:
@@ -189,11 +190,11 @@ class ReplayRun:
             self.monitor.check_silence(t)
         self.rt.run_until(t_ns)
 
-    def _advance(self, t_ns: int) -> None:
+    def _advance(self, t_ns: int, last: bool = False) -> None:
         """Run the runtime up to ``t_ns``, publishing diagnostics at their instants on the way."""
         while self.next_diag <= t_ns:
             self._run_until(self.next_diag)
-            self.collector.flush(self.next_diag)
+            self._flush(self.next_diag, False)
             stats = self.rt.stats()
             self.collector.emit(DIAGNOSTICS_TOPIC, self.next_diag, diagnostics(
                 {n: {k: s[k] for k in LET_COUNTERS if k in s} for n, s in stats.items()},
@@ -203,6 +204,17 @@ class ReplayRun:
             if self.progress:
                 _progress(self.next_diag, self.duration_ns)
         self._run_until(t_ns)
+        self._flush(t_ns, last)
+
+    def _flush(self, t_ns: int, wait: bool) -> None:
+        """Write the outputs of the instants <= ``t_ns``; where results were published on a bet
+        (``sched.optimistic``), those whose egress still waits for one unless ``wait``."""
+        bets = self.rt.sched.par
+        if bets is not None and getattr(bets, "egress", None):
+            if wait:
+                bets.drain(t_ns, t_ns)
+            else:
+                t_ns = min(t_ns, bets.egress_floor() - 1)
         self.collector.flush(t_ns)
 
     def abort(self) -> None:
@@ -263,6 +275,8 @@ class ReplayRun:
             ps = rt.sched.par.stats()
             result.extra.update(compute_cpu_s=ps["compute_ns"] / 1e9, driver_waited_s=ps["waited_ns"] / 1e9,
                                 runtime_cpu_s=driver_cpu - ps["driver_compute_ns"] / 1e9)
+            if "bets" in ps:
+                result.extra["bets"] = ps["bets"]
         if self.retain_channels:
             result.extra["channels"] = collector.channels
         if interrupted:

@@ -59,7 +59,7 @@ class Slot:
     and ``host`` its ingress and egress host buffers (made on first use)."""
 
     __slots__ = ("index", "buf", "data", "shape", "seq", "t_ns", "stamp_ns", "refs", "event", "ready", "users",
-                 "stage", "host", "host_event", "host_busy")
+                 "stage", "host", "host_event", "host_busy", "pending")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -77,6 +77,7 @@ class Slot:
         self.host: Any = None
         self.host_event: Any = None
         self.host_busy = False
+        self.pending: Any = None   # the computation that fills it, where it was published on a bet (sched.optimistic)
 
     def __repr__(self) -> str:
         return f"Slot(#{self.index}, seq={self.seq}, t={self.t_ns}, shape={self.shape}, refs={self.refs})"
@@ -153,6 +154,11 @@ class Channel:
     def capacity(self) -> int:
         """Slots reserved (or to be allocated on the first write)."""
         return max(self._capacity, len(self.slots))
+
+    @property
+    def full(self) -> bool:
+        """True when every allocated slot is in use (a ``reserve`` now would grow the channel)."""
+        return not self._free and bool(self.slots)
 
     @property
     def allocated(self) -> bool:

@@ -106,6 +106,7 @@ class RunJob(Job):
     stamp_ns = -1          # the instant its outputs describe (sched.meta: the trigger's stamp, else -1: release)
     comp: Any = None       # its computation on the parallel pool (sched.parallel.Computation)
     handovers: Any = ()    # chain inputs its computation resolves once their producers ran (sched.parallel)
+    reads: Any = ()        # (input, slot) snapshotted while published on a bet, not yet computed (sched.optimistic)
 
     def __init__(self, ts: TaskState, index: int, release_ns: int, deadline_ns: int, pkey: tuple) -> None:
         self.task = ts.task

@@ -53,6 +53,10 @@ def snapshot(s: "Scheduler", ts: TaskState, job: RunJob, r: int, skip: Collectio
         st = ch.readers[rid].stale
         stale += st
         inputs[gin] = m.data
+        if m.pending is not None:   # published on a bet: its computation reads it once its producer ran
+            if not job.reads:
+                job.reads = []
+            job.reads.append((gin, m))
         pins.append((ch, m))
         if ch in ts.stamp_from and (job.stamp_ns < 0 or m.stamp_ns < job.stamp_ns):
             job.stamp_ns = m.stamp_ns   # what released it; of a join's messages, the oldest
@@ -72,7 +76,7 @@ def publish(s: "Scheduler", job: RunJob, t: int, at_finish: bool) -> None:
         if egress is not None:
             if ch.streamed:   # a device-to-host copy now; the driver waits for it after the lock
                 s.outbox.append((ch.name, t, seq, ch.egress_copy(slot)))
-            else:
+            elif s.later_egress is None or not s.later_egress(ch, t, seq, slot):
                 egress(ch.name, t, seq, slot.data)
         for tts in s.triggers.get(ch.name, ()):
             s.trigger(tts, t)

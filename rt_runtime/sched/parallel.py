@@ -44,6 +44,9 @@ that cost. Its ``COMPARE`` events are traced at the settle point. Other custom e
 *synchronous* (computed op by op in the driver, as the serial driver does), and so does everything
 when a task speculates (its basis reads outputs computed but not yet published): then every job is
 computed in the driver thread at its start (``eager``).
+
+``optimistic.py`` goes one step further: the driver publishes a job whose computation is not done on
+a bet that it computes cleanly, and checks the bet when it settles it.
 """
 from __future__ import annotations
 
@@ -139,6 +142,8 @@ class ParallelCommit:
             slot.refs += 1
         c = Computation(job, ex, inputs, refs)
         after = [h[1] for h in job.handovers] if job.handovers else []
+        if job.reads:
+            after += self.waits_for(job, c)
         if job.handovers:
             c.handovers = job.handovers
             job.handovers = ()
@@ -151,6 +156,10 @@ class ParallelCommit:
         self.open.append(c)
         if self.zombies:
             self._reap()
+
+    def waits_for(self, job: RunJob, c: Computation) -> list[Computation]:
+        """Computations ``c`` must wait for besides its task's previous one and its hand-overs (none here)."""
+        return []
 
     def at_deadline(self, job: RunJob, t: int) -> None:
         """Before a job's deadline entry: a job finished by then publishes now, so settle it first."""

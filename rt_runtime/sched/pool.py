@@ -35,7 +35,7 @@ class Computation:
     """One deferred job's computation: what it reads and fills, its outcome and measured steps."""
 
     __slots__ = ("job", "executor", "inputs", "writers", "outs", "refs", "steps", "held", "error", "fill_error",
-                 "done", "settled", "cancelled", "waiting", "dependents", "after", "compares", "handovers")
+                 "done", "settled", "cancelled", "waiting", "dependents", "after", "compares", "handovers", "reads", "expect")
 
     def __init__(self, job: RunJob, executor: Any, inputs: dict[str, Any], refs: list[tuple[Any, Any]]) -> None:
         self.job = job
@@ -57,6 +57,8 @@ class Computation:
         # chain hand-overs: (input, producer's computation, its output index, fallback slot, meta row)
         self.handovers: list[tuple] = []
         self.compares: list[tuple[int, int]] = []   # COMPARE events (verdict, copies) of a redundant job
+        self.reads: Any = ()   # (input, slot) published on a bet: read once its producer ran (sched.optimistic)
+        self.expect: tuple[int, int] | None = None   # the COMPARE verdict a bet traced for it (sched.optimistic)
 
 
 def _copy(x: Any) -> Any:
@@ -68,6 +70,8 @@ def compute(c: Computation, measure: Callable[[], int], in_driver: bool) -> None
     scheduler state, and of the channels only the slots it holds."""
     if c.cancelled:
         return
+    for gin, slot in c.reads:   # its producer has run (before the hand-overs: they may name the same input)
+        c.inputs[gin] = slot.data
     for gin, src, oi, fb, meta in c.handovers:   # the producer has computed: its output, or the fallback
         held = src.held[oi] if src.held is not None else None
         x = held if held is not None else src.outs[oi].data if src.error is None and src.fill_error is None else None

@@ -40,6 +40,7 @@ from .inline import run_inline
 from .job import TaskState
 from .let import flush_egress
 from .meta import MetaPool, meta_inputs
+from .optimistic import BETS_AHEAD
 from .policy import Policy, as_policy, partition
 from .scheduler import Egress, Scheduler
 from .threads import ThreadPolicy, make_realtime, run_threaded, start_threads, stop_threads
@@ -56,7 +57,8 @@ class Runtime:
                  realtime: bool | None = None, cpus: Sequence[int] | None = None, rt_priority: int = 50,
                  max_active: int = 2, stall_after_ns: int | None = None, on_stall: StallHook | None = None,
                  check_inputs: bool = True, capture: bool = False, chains: Sequence[Chain] = (),
-                 parallel: int | None = None, adopt_ingress: bool = False, steal: bool = False) -> None:
+                 parallel: int | None = None, adopt_ingress: bool = False, steal: bool = False,
+                 optimistic: bool = False) -> None:
         self.clock: Any = clock if clock is not None else VirtualClock()
         virtual = self.clock.virtual
         self.threaded = (workers > 1 and not virtual) if threaded is None else threaded
@@ -144,7 +146,7 @@ class Runtime:
         if parallel is not None and (not self.logical or parallel < 1):
             raise ValueError(f"parallel={parallel}: computing jobs on a pool of threads needs a logical schedule "
                              "(a VirtualClock and budget timing, sched.budget.BudgetCost) and at least one thread")
-        self._reserve(states, max_active, parallel is not None)
+        self._reserve(states, max_active, parallel is not None, BETS_AHEAD if optimistic else 0)
         self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
                                egress, max_active, logical=self.logical, chains=chains,
                                chain_timeouts=timeouts)
@@ -162,9 +164,11 @@ class Runtime:
         self.sched.workers = [Worker(i, self.cpus[i % len(self.cpus)] if self.cpus else None)
                               for i in range(workers)]
         if parallel is not None:   # after the speculators are bound: a speculating stack computes in the driver
+            from .optimistic import OptimisticCommit
             from .parallel import ParallelCommit
 
-            self.sched.par = ParallelCommit(self.sched, parallel, getattr(self.cost, "measure", time.thread_time_ns))
+            self.sched.par = (OptimisticCommit if optimistic else ParallelCommit)(
+                self.sched, parallel, measure=getattr(self.cost, "measure", time.thread_time_ns))
         if not virtual:
             self.sched.wake = threading.Event()
         if self.threaded and isinstance(self.clock, WallClock):
@@ -193,9 +197,10 @@ class Runtime:
                     out[name] = Channel(name)
         return out
 
-    def _reserve(self, states: list[TaskState], max_active: int, parallel: bool = False) -> None:
-        """Bound each channel's live messages, so its slots are allocated once, on the first write."""
-        need = {name: 2 for name in self.channels}          # the latest + one write in progress
+    def _reserve(self, states: list[TaskState], max_active: int, parallel: bool = False, ahead: int = 0) -> None:
+        """Bound each channel's live messages, so its slots are allocated once, on the first write;
+        ``ahead``: more for messages still pinned by results published on a bet (``sched.optimistic``)."""
+        need = {name: 2 + ahead for name in self.channels}   # the latest + one write in progress
         for ch in self.channels.values():
             if ch.policy is not ChannelPolicy.LATEST:
                 need[ch.name] += (ch.depth + 1) * max(1, len(ch.readers))   # queues + last messages

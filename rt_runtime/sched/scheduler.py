@@ -66,6 +66,10 @@ class Scheduler:
         self.hw = False   # record each op's measured time (EventKind.MEASURED) for the hardware timeline
         self.par: Any = None   # parallel commit (sched.parallel.ParallelCommit): jobs computed on a pool
         self.adopt = False     # ingress keeps pushed data without a copy (Channel.adopt)
+        # Optimistic parallel commit (sched.optimistic): egress held until a bet is settled, and the
+        # bets settled before a full channel reserves a slot.
+        self.later_egress: Any = None
+        self.room: Any = None
         self.async_device = False   # streams: jobs wait on their inputs' fill events (sched.handoff)
         self.outbox: deque[tuple[str, int, int, Any]] = deque()   # egress copies in flight, in publish order
         self.egress_lock = threading.Lock()   # one flusher at a time, so egress sees publish order
@@ -181,6 +185,8 @@ class Scheduler:
 
     def _ingress(self, name: str, t: int, data: Any, stamp_ns: int) -> None:
         ch = self.channels[name]
+        if self.room is not None:
+            self.room(ch, t)
         if self.adopt:
             ch.adopt(t, data, stamp_ns)
         else:
@@ -250,6 +256,9 @@ class Scheduler:
         if job.stamp_ns < 0:
             job.stamp_ns = r   # a periodic task's outputs describe the world it read at its release
         if ts.writers:
+            if self.room is not None:
+                for _, ch in ts.writers:
+                    self.room(ch, r)
             job.outs = [ch.reserve() for _, ch in ts.writers]
         mode = ts.mode
         job.fallback = mode

@@ -1,0 +1,95 @@
+"""Optimistic parallel commit (sched/optimistic.py): results published on a bet before they are computed.
+
+The task set of test_sched_parallel.py, with ops slow enough that the driver, booking on the virtual
+clock, always reaches a job's deadline before its computation ends: the bets are placed. Won, they
+give the outputs, counters and trace of parallel commit that waits at each publish; lost (an op
+raises in a job published on a bet), the run says so (``Mispredicted``) instead of going on with a
+schedule that assumed otherwise.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from rt_runtime.core import Graph, Op, Task, TensorSpec
+from rt_runtime.core.chain import Chain
+from rt_runtime.sched import RecordingSink, Runtime, TaskBinding, VirtualClock
+from rt_runtime.sched.budget import BudgetCost
+from rt_runtime.sched.events import EventKind
+from rt_runtime.sched.optimistic import Mispredicted, OptimisticCommit
+
+from test_sched_parallel import bindings as serial_bindings
+
+MS = 1_000_000
+F = "float32"
+
+
+def slow(fail_at: float | None = None) -> list[TaskBinding]:
+    """The parallel-commit task set with no op errors, each op first sleeping 1 ms (GIL released);
+    ``fail_at``: camera's op raises on the frame of that value."""
+    out = []
+    for b in serial_bindings():
+        ops = []
+        for k, op in enumerate(b.graph.ops):
+            def fn(*args: torch.Tensor, _fn=op.fn, _k=k, _task=b.name) -> None:
+                time.sleep(0.001)
+                if _k == 1:   # the set's own errors (``fail_on``) off: this op is a plain scale here
+                    if _task == "cam" and fail_at is not None and float(args[0][0]) == fail_at:
+                        raise RuntimeError(f"cam: bad frame {fail_at}")
+                    torch.mul(args[0], 1.5, out=args[1])
+                    return
+                _fn(*args)
+            ops.append(Op(op.name, fn, op.inputs, op.outputs))
+        g = b.graph
+        out.append(TaskBinding(b.task, Graph(g.name, ops, g.inputs, [s.name for s in g.outputs]),
+                               inputs=b.inputs, outputs=b.outputs))
+    return out
+
+
+def run(parallel: int, optimistic: bool, fail_at: float | None = None) -> tuple[list, dict, list, Runtime]:
+    bs = slow(fail_at)
+    out: list[tuple[str, int, int, list[float]]] = []
+    sink = RecordingSink()
+    rt = Runtime(bs, clock=VirtualClock(), cost=BudgetCost(bs), sink=sink, parallel=parallel, optimistic=optimistic,
+                 egress=lambda ch, t, seq, data: out.append((ch, t, seq, data.tolist())),
+                 chains=[Chain("fuse_plan", ("fuse", "plan"), 18 * MS)], check_inputs=False)
+    rt.sched.hw = True
+    try:
+        rt.push("/plan", 0, torch.zeros(4))
+        for k in range(40):
+            rt.push("/x", k * 5 * MS, torch.full((4,), float(k)))
+            rt.run_until(k * 5 * MS + 4 * MS)
+        rt.run_until(220 * MS)
+    finally:
+        rt.close()
+    events = [(e.kind, e.t_ns, e.task, e.job_index, e.a, e.b) for e in sink.events if e.kind != EventKind.MEASURED]
+    return out, rt.stats(), events, rt
+
+
+def test_won_bets_give_the_outputs_counters_and_trace_of_parallel_commit() -> None:
+    ref_out, ref_stats, ref_events, _ = run(1, False)
+    assert ref_stats["plan"]["published"] > 5 and any(ch == "/log" for ch, *_ in ref_out)
+    for n in (2, 3):
+        out, stats, events, rt = run(n, True)
+        par = rt.sched.par
+        assert isinstance(par, OptimisticCommit) and par.bets > 20   # the driver ran ahead of the threads
+        assert out == ref_out   # egress held until each bet was settled, in publish order
+        assert stats == ref_stats
+        assert events == ref_events
+        assert all(c["grows"] == 0 for c in rt.channel_stats().values())   # full channels settled bets instead
+        measured = [e.t_ns for e in rt.sched.sink.events if e.kind == EventKind.MEASURED]
+        assert measured == sorted(measured) and len(measured) > 0   # steps traced where settled, in order
+
+
+def test_one_thread_places_no_bet() -> None:
+    *_, rt = run(1, True)
+    assert isinstance(rt.sched.par, OptimisticCommit) and rt.sched.par.bets == 0
+
+
+def test_a_lost_bet_says_which_job_and_stops_the_run() -> None:
+    ref_out, ref_stats, *_ = run(1, False, fail_at=10.0)
+    assert ref_stats["cam"]["errors"] == 1   # parallel commit: the job that raised is aborted, unpublished
+    with pytest.raises(Mispredicted, match=r"task 'cam' job \d+, published at its deadline on a bet: op error"):
+        run(2, True, fail_at=10.0)
