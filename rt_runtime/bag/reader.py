@@ -245,6 +245,15 @@ class BagReader:
         for t, topic, raw, seq in salvaged_messages(self._salvaged, wanted, start_ns, stop_ns):
             yield BagMessage(topic, t, self.topics[topic], raw, seq)
 
+    def prepare(self, topics: Iterable[str]) -> None:
+        """Generate the decoders of ``topics``' message types now (the type store makes each at its first
+        message: 5-15 ms a type), e.g. while a stack builds; a type it cannot make fails at ``decode``."""
+        for topic in topics:
+            try:
+                self.store.get_msgdef(self.topics[topic])
+            except Exception:  # noqa: BLE001 - reported, with the message, where it is decoded
+                pass
+
     def decode(self, msg: BagMessage) -> Any:
         """The message object of a raw message (number arrays are views into its bytes)."""
         if msg.damage is not None:

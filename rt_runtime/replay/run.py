@@ -122,6 +122,8 @@ class ReplayRun:
         # Intra-op threads per computing thread: more only fight over the cores.
         torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
         stack.warm_up()
+        if self.reader is None:   # a reader thread decodes here: its decoders are made now, not in the run
+            self.bag.prepare(self.wanted)
         self.next_diag = cfg.diagnostics_period_ns
         if out is not None:   # only now: a stack that fails to build leaves nothing at ``out``
             writer = BagWriter(out, out_format, replace=replace)
@@ -219,6 +221,8 @@ class ReplayRun:
 
     def abort(self) -> None:
         """After an error mid-run: stop the writer thread and remove the output bag."""
+        if self.rt.sched.par is not None:   # its bets are no longer checked at close
+            self.rt.sched.par.abandon()
         self.collector.close()
         if self.writer is not None:
             self.writer.abort()

@@ -40,7 +40,7 @@ from .pool import Computation
 
 # Slots each channel gets beyond the serial schedule's bound, for messages pinned by results published on
 # a bet: how far the threads may compute ahead of the driver before a full channel makes it wait.
-BETS_AHEAD = 6
+BETS_AHEAD = 2
 _INF = 1 << 62
 _K = EventKind
 
@@ -163,6 +163,10 @@ class OptimisticCommit(ParallelCommit):
             q.popleft()
             egress(ch.name, t, seq, slot.data)
             ch.unpin(slot)
+
+    def abandon(self) -> None:
+        """The run ended in an error: ``close`` checks no bet (a lost one would hide the error)."""
+        self.lost = self.lost or "abandoned"
 
     def close(self, t: int) -> None:
         """Settle the remaining bets (a lost one raises), then as parallel commit closes."""

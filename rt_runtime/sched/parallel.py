@@ -283,6 +283,9 @@ class ParallelCommit:
                 keep.append(c)
         self.zombies = keep
 
+    def abandon(self) -> None:
+        """The run ended in an error: ``close`` only waits for the computations (nothing here to skip)."""
+
     def close(self, t: int) -> None:
         """End of the run: wait for every computation, trace the steps of those never settled, stop the pool."""
         for c in list(self.open):
