@@ -57,6 +57,8 @@ def host_copy(data: Any) -> np.ndarray:
     """A numpy copy of a published value (the view the runtime lends is only valid during the call)."""
     if isinstance(data, np.ndarray):
         return data.copy()
+    if data.device.type == "cpu":   # numpy's copy holds the GIL: no wait to get it back (torch's releases it)
+        return data.detach().numpy().copy()
     return data.detach().to("cpu", copy=True).numpy()
 
 
