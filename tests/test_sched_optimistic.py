@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from rt_runtime.core import Graph, Op, Task, TensorSpec
+from rt_runtime.core import Graph, Op
 from rt_runtime.core.chain import Chain
 from rt_runtime.sched import RecordingSink, Runtime, TaskBinding, VirtualClock
 from rt_runtime.sched.budget import BudgetCost
@@ -23,7 +23,6 @@ from rt_runtime.sched.optimistic import Mispredicted, OptimisticCommit
 from test_sched_parallel import bindings as serial_bindings
 
 MS = 1_000_000
-F = "float32"
 
 
 def slow(fail_at: float | None = None) -> list[TaskBinding]:

@@ -211,12 +211,12 @@ class ReplayRun:
     def _flush(self, t_ns: int, wait: bool) -> None:
         """Write the outputs of the instants <= ``t_ns``; where results were published on a bet
         (``sched.optimistic``), those whose egress still waits for one unless ``wait``."""
-        bets = self.rt.sched.par
-        if bets is not None and getattr(bets, "egress", None):
+        par = self.rt.sched.par
+        if par is not None:
             if wait:
-                bets.drain(t_ns, t_ns)
+                par.drain(t_ns, t_ns)
             else:
-                t_ns = min(t_ns, bets.egress_floor() - 1)
+                t_ns = min(t_ns, par.egress_floor() - 1)
         self.collector.flush(t_ns)
 
     def abort(self) -> None:

@@ -132,7 +132,7 @@ class OptimisticCommit(ParallelCommit):
         q = self.egress
         while q and q[0][2] <= upto:
             c = q[0][0]
-            while c is not None and not c.settled and self.late:
+            if c is not None and not c.settled:   # a bet, so in ``late``: settle up to it, in publish order
                 self._settle_late(self.late.popleft(), t)
             self._flush()
 

@@ -283,6 +283,13 @@ class ParallelCommit:
                 keep.append(c)
         self.zombies = keep
 
+    def egress_floor(self) -> int:
+        """The oldest instant whose egress waits for a computation: none here (a large number)."""
+        return 1 << 62
+
+    def drain(self, upto: int, t: int) -> None:
+        """Hand on every egress held for an instant <= ``upto``: none is held here."""
+
     def abandon(self) -> None:
         """The run ended in an error: ``close`` only waits for the computations (nothing here to skip)."""
 

@@ -35,7 +35,8 @@ class Computation:
     """One deferred job's computation: what it reads and fills, its outcome and measured steps."""
 
     __slots__ = ("job", "executor", "inputs", "writers", "outs", "refs", "steps", "held", "error", "fill_error",
-                 "done", "settled", "cancelled", "waiting", "dependents", "after", "compares", "handovers", "reads", "expect")
+                 "done", "settled", "cancelled", "waiting", "dependents", "after", "compares", "handovers", "reads",
+                 "expect")
 
     def __init__(self, job: RunJob, executor: Any, inputs: dict[str, Any], refs: list[tuple[Any, Any]]) -> None:
         self.job = job

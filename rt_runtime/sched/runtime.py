@@ -12,6 +12,10 @@ WallClock. ``threaded=True`` (the default with several workers on a WallClock) r
 worker plus a watchdog thread, with the calling thread as timekeeper. Under LET both give the same
 outputs as long as no job misses its deadline.
 
+``parallel=N`` (a VirtualClock under budget timing) books jobs on the virtual clock and computes them
+on N threads, settling each at its publish (``sched.parallel``); with ``optimistic=True`` as well it
+publishes a job not yet computed on a bet, and a lost bet raises ``Mispredicted`` (``sched.optimistic``).
+
 On a WallClock, logical time 0 is the start of the first ``run_until`` (threads started and set up
 by then), unless the clock was given a fixed epoch; ``push`` timestamps count from there.
 """
