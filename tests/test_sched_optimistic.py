@@ -14,15 +14,11 @@ import pytest
 import torch
 
 from rt_runtime.core import Graph, Op
-from rt_runtime.core.chain import Chain
-from rt_runtime.sched import RecordingSink, Runtime, TaskBinding, VirtualClock
-from rt_runtime.sched.budget import BudgetCost
+from rt_runtime.sched import Runtime, TaskBinding
 from rt_runtime.sched.events import EventKind
 from rt_runtime.sched.optimistic import Mispredicted, OptimisticCommit
 
-from test_sched_parallel import bindings as serial_bindings
-
-MS = 1_000_000
+from test_sched_parallel import bindings as serial_bindings, drive
 
 
 def slow(fail_at: float | None = None) -> list[TaskBinding]:
@@ -48,23 +44,7 @@ def slow(fail_at: float | None = None) -> list[TaskBinding]:
 
 
 def run(parallel: int, optimistic: bool, fail_at: float | None = None) -> tuple[list, dict, list, Runtime]:
-    bs = slow(fail_at)
-    out: list[tuple[str, int, int, list[float]]] = []
-    sink = RecordingSink()
-    rt = Runtime(bs, clock=VirtualClock(), cost=BudgetCost(bs), sink=sink, parallel=parallel, optimistic=optimistic,
-                 egress=lambda ch, t, seq, data: out.append((ch, t, seq, data.tolist())),
-                 chains=[Chain("fuse_plan", ("fuse", "plan"), 18 * MS)], check_inputs=False)
-    rt.sched.hw = True
-    try:
-        rt.push("/plan", 0, torch.zeros(4))
-        for k in range(40):
-            rt.push("/x", k * 5 * MS, torch.full((4,), float(k)))
-            rt.run_until(k * 5 * MS + 4 * MS)
-        rt.run_until(220 * MS)
-    finally:
-        rt.close()
-    events = [(e.kind, e.t_ns, e.task, e.job_index, e.a, e.b) for e in sink.events if e.kind != EventKind.MEASURED]
-    return out, rt.stats(), events, rt
+    return drive(slow(fail_at), parallel, optimistic=optimistic)
 
 
 def test_won_bets_give_the_outputs_counters_and_trace_of_parallel_commit() -> None:

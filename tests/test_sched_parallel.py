@@ -71,22 +71,28 @@ def bindings() -> list[TaskBinding]:
     ]
 
 
-def run(parallel: int | None, workers: int = 1) -> tuple[list, dict, list]:
-    bs = bindings()
+def drive(bs: list[TaskBinding], parallel: int | None, **kw) -> tuple[list, dict, list, Runtime]:
+    """40 inputs 5 ms apart through ``bs``: the egress, the counters, the trace (but MEASURED), the runtime."""
     out: list[tuple[str, int, int, list[float]]] = []
     sink = RecordingSink()
-    rt = Runtime(bs, clock=VirtualClock(), cost=BudgetCost(bs), sink=sink, workers=workers, parallel=parallel,
+    rt = Runtime(bs, clock=VirtualClock(), cost=BudgetCost(bs), sink=sink, parallel=parallel,
                  egress=lambda ch, t, seq, data: out.append((ch, t, seq, data.tolist())),
-                 chains=[Chain("fuse_plan", ("fuse", "plan"), 18 * MS)], check_inputs=False)
+                 chains=[Chain("fuse_plan", ("fuse", "plan"), 18 * MS)], check_inputs=False, **kw)
     rt.sched.hw = True
-    rt.push("/plan", 0, torch.zeros(4))
-    for k in range(40):
-        rt.push("/x", k * 5 * MS, torch.full((4,), float(k)))
-        rt.run_until(k * 5 * MS + 4 * MS)
-    rt.run_until(220 * MS)
-    rt.close()
+    try:
+        rt.push("/plan", 0, torch.zeros(4))
+        for k in range(40):
+            rt.push("/x", k * 5 * MS, torch.full((4,), float(k)))
+            rt.run_until(k * 5 * MS + 4 * MS)
+        rt.run_until(220 * MS)
+    finally:
+        rt.close()
     events = [(e.kind, e.t_ns, e.task, e.job_index, e.a, e.b) for e in sink.events if e.kind != EventKind.MEASURED]
-    return out, rt.stats(), events
+    return out, rt.stats(), events, rt
+
+
+def run(parallel: int | None, workers: int = 1) -> tuple[list, dict, list]:
+    return drive(bindings(), parallel, workers=workers)[:3]
 
 
 def test_every_thread_count_gives_the_same_outputs_counters_and_trace() -> None:
