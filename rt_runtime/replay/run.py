@@ -209,12 +209,13 @@ class ReplayRun:
         self._flush(t_ns, last)
 
     def _flush(self, t_ns: int, wait: bool) -> None:
-        """Write the outputs of the instants <= ``t_ns``; where results were published on a bet
-        (``sched.optimistic``), those whose egress still waits for one unless ``wait``."""
+        """Write the outputs of the instants <= ``t_ns``. Where results were published on a bet
+        (``sched.optimistic``): with ``wait`` every bet settled first (a lost one raises here, in the
+        run), else only the instants before the oldest egress still waiting for one."""
         par = self.rt.sched.par
         if par is not None:
             if wait:
-                par.drain(t_ns, t_ns)
+                par.settle_all(t_ns)
             else:
                 t_ns = min(t_ns, par.egress_floor() - 1)
         self.collector.flush(t_ns)

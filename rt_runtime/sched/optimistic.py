@@ -11,8 +11,8 @@ Here the driver bets instead. At a job's deadline it commits the job's reserved 
 * a job that snapshots such a slot (``RunJob.reads``) computes after its producer and reads the slot
   then (``Computation.reads``), so it reads what the serial driver's job reads;
 * egress of the slot (and every egress after it, to keep publish order) waits in ``egress`` until its
-  computation is settled; the replay flushes its outputs only below the oldest waiting one
-  (``egress_floor``) and waits for them (``drain``) at its diagnostics instants and at the end;
+  computation is settled; the replay writes its outputs only below the oldest waiting one
+  (``egress_floor``), and settles every bet (``settle_all``) at the end of the run;
 * each bet is checked when its computation is settled: in publish order, as soon as it is done
   (``poll``), or at once when a channel needs a slot it holds (``make_room``), so no channel grows
   beyond the slots the serial schedule needs.
@@ -22,9 +22,10 @@ would not have published), or an output did not fit its slot (the driver would h
 copy at the publish). Then ``Mispredicted`` is raised: the run's state is past repair, and its
 caller runs it again without betting (``replay`` does: same outputs, slower, and a note says why).
 
-Never bet on, so settled at the publish as before: a redundant job (its ``COMPARE`` verdict reaches
-the safety monitor at the publish), a job published at its finish (missed, dropped), a slot not yet
-allocated, a channel without a spec or with device egress; and nothing at all with one thread or
+A time-redundant job is bet on too: its ``COMPARE`` verdict is traced at the bet as its copies
+agreeing (what the safety monitor sees then), and a bet whose copies did not agree is lost. Never bet
+on, so settled at the publish as before: a job published at its finish (missed, dropped), a slot not
+yet allocated, a channel without a spec or with device egress; and nothing at all with one thread or
 where some task is computed in the driver (``deferred`` false: it would read a slot not yet filled).
 """
 from __future__ import annotations
@@ -127,14 +128,11 @@ class OptimisticCommit(ParallelCommit):
         """The oldest instant whose egress still waits for a computation (a large number: none)."""
         return self.egress[0][2] if self.egress else _INF
 
-    def drain(self, upto: int, t: int) -> None:
-        """Wait for every held egress of an instant <= ``upto`` and hand it on."""
-        q = self.egress
-        while q and q[0][2] <= upto:
-            c = q[0][0]
-            if c is not None and not c.settled:   # a bet, so in ``late``: settle up to it, in publish order
-                self._settle_late(self.late.popleft(), t)
-            self._flush()
+    def settle_all(self, t: int) -> None:
+        """Wait for every bet and check it, in publish order, and hand on all the egress held."""
+        while self.late:
+            self._settle_late(self.late.popleft(), t)
+        self._flush()
 
     def _settle_late(self, c: Computation, t: int) -> None:
         self.pool.wait(c)
@@ -172,9 +170,7 @@ class OptimisticCommit(ParallelCommit):
         """Settle the remaining bets (a lost one raises), then as parallel commit closes."""
         try:
             if self.lost is None:
-                while self.late:
-                    self._settle_late(self.late.popleft(), t)
-                self._flush()
+                self.settle_all(t)
         finally:
             super().close(t)
 

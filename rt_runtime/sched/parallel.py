@@ -287,8 +287,8 @@ class ParallelCommit:
         """The oldest instant whose egress waits for a computation: none here (a large number)."""
         return 1 << 62
 
-    def drain(self, upto: int, t: int) -> None:
-        """Hand on every egress held for an instant <= ``upto``: none is held here."""
+    def settle_all(self, t: int) -> None:
+        """Settle what was published before it was computed: nothing is, here."""
 
     def abandon(self) -> None:
         """The run ended in an error: ``close`` only waits for the computations (nothing here to skip)."""
