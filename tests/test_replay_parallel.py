@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rt_runtime.bag import open_bag
 from rt_runtime.cli import main
 from rt_runtime.config.stack import load_stack
@@ -80,3 +82,17 @@ def test_a_lost_bet_replays_again_and_gives_the_outputs_of_one_thread(short_bag:
     assert "replaying again with each result computed before it is published" in capsys.readouterr().err
     assert two.output_digest == one.output_digest and two.stats == one.stats
     assert messages(tmp_path / "two") == messages(tmp_path / "one")
+
+
+def test_a_set_up_that_fails_after_the_stack_is_built_leaves_no_thread(short_bag: Path, tmp_path: Path) -> None:
+    """The output path is taken (no ``replace``): the error names it, the existing file is untouched, and
+    the threads the runtime had started to compute (``--parallel 2``) are gone, as are the reader's."""
+    import threading
+
+    out = tmp_path / "out"
+    out.write_text("someone else's file")
+    before = set(threading.enumerate())
+    with pytest.raises(Exception, match="out"):
+        replay(short_bag, load_stack(CONFIG), out=out, until_s=1.0, parallel=2, hardware=False)
+    assert out.read_text() == "someone else's file"
+    assert [t.name for t in threading.enumerate() if t not in before and t.is_alive()] == []

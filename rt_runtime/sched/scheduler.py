@@ -25,7 +25,7 @@ from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_OUTPUT, EventKind, EventSin
 from .handoff import in_flight
 from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
-from .let import publish, snapshot
+from .let import publish, reserve, snapshot
 from .policy import Policy
 
 Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
@@ -256,10 +256,7 @@ class Scheduler:
         if job.stamp_ns < 0:
             job.stamp_ns = r   # a periodic task's outputs describe the world it read at its release
         if ts.writers:
-            if self.room is not None:
-                for _, ch in ts.writers:
-                    self.room(ch, r)
-            job.outs = [ch.reserve() for _, ch in ts.writers]
+            reserve(self, ts, job, r)
         mode = ts.mode
         job.fallback = mode
         ex = job.executor = ts.executors[mode]
