@@ -84,15 +84,16 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         computing = max(1, wanted_threads(parallel))
         in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
         feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
+        run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
+                        stop=stop)
         try:
-            run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
-                            stop=stop)
             run.open(out=out, out_format=out_format, replace=replace, speed=speed, workers=workers, timing=timing,
                      cost=cost, speculate=speculate, hardware=hardware, retain_channels=retain_channels,
                      parallel=parallel, optimistic=optimistic)
         except BaseException:
             if feed is not None:   # a set-up that failed leaves no reader process behind
                 feed.close()
+            run.discard()   # nor computing, device or writer threads
             raise
         try:
             run.feed()

@@ -220,6 +220,16 @@ class ReplayRun:
                 t_ns = min(t_ns, par.egress_floor() - 1)
         self.collector.flush(t_ns)
 
+    def discard(self) -> None:
+        """After ``open`` failed: close what it had built (the collector, the stack: its computing and
+        device threads, the bag), so a failed replay leaves no thread behind in a long-lived process."""
+        collector, stack = getattr(self, "collector", None), getattr(self, "stack", None)
+        if collector is not None:
+            collector.close()
+        if stack is not None:
+            stack.close()
+        self.bag.close()
+
     def abort(self) -> None:
         """After an error mid-run: stop the writer thread and remove the output bag."""
         if self.rt.sched.par is not None:   # its bets are no longer checked at close
