@@ -40,7 +40,8 @@ def test_one_digest_and_the_same_outputs_for_every_thread_count(short_bag: Path,
 
 def test_json_reports_the_threads_computing(short_bag: Path, capsys) -> None:
     assert main(["replay", str(short_bag), "--until", "0.5", "--parallel", "2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["parallel"] == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["parallel"] == 2 and doc["bets"] >= 0 and "lost_bet" not in doc
     assert main(["replay", str(short_bag), "--parallel", "0"]) == 2
     assert "--parallel: expected a thread count from 1 to 1024, found '0'" in capsys.readouterr().err
 

@@ -64,6 +64,9 @@ def result_json(r: Any) -> dict[str, Any]:
         doc["quality"] = r.quality
     if "safety" in r.extra:
         doc["safety"] = r.extra["safety"]
+    for key in ("bets", "lost_bet"):   # publishes on a bet (--parallel 2 or more), and a lost one's job
+        if key in r.extra:
+            doc[key] = r.extra[key]
     spec = {name: s["speculation"] for name, s in r.stats.items() if "speculation" in s}
     if spec:
         doc["speculation"] = spec
