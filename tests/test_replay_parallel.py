@@ -46,34 +46,36 @@ def test_json_reports_the_threads_computing(short_bag: Path, capsys) -> None:
     assert "--parallel: expected a thread count from 1 to 1024, found '0'" in capsys.readouterr().err
 
 
-def test_a_lost_bet_replays_again_and_gives_the_outputs_of_one_thread(short_bag: Path, tmp_path: Path, monkeypatch,
-                                                                     capsys) -> None:
-    """Radar's first op raises on scans of some sizes (an op fault that depends only on the data, so it hits
-    the same jobs in every run), after 30 ms: the driver has published the job on a bet by then. The bet
-    is lost, the replay runs again without betting, and its outputs are those of one thread."""
+def faulty_radar(cfg, **kw):
+    """The stack, but radar's first op raises on scans of some sizes (an op fault that depends only on the
+    data, so it hits the same jobs in every run), after 30 ms: the driver has published the job on a bet."""
     import dataclasses
     import time
 
     from rt_runtime.config.stack import build_bindings
     from rt_runtime.core import Graph
 
-    def faulty(cfg, **kw):
-        bindings, initial = build_bindings(cfg, **kw)
-        for i, b in enumerate(bindings):
-            if b.name == "radar_objects":
-                g = b.graph
-                fn = g.ops[0].fn
+    bindings, initial = build_bindings(cfg, **kw)
+    for i, b in enumerate(bindings):
+        if b.name == "radar_objects":
+            g = b.graph
+            fn = g.ops[0].fn
 
-                def first(*args, _fn=fn):
-                    if args[0].shape[0] % 9 == 4:
-                        time.sleep(0.03)
-                        raise RuntimeError("radar: a fault on this scan")
-                    _fn(*args)
-                ops = [dataclasses.replace(g.ops[0], fn=first), *g.ops[1:]]
-                bindings[i] = dataclasses.replace(b, graph=Graph(g.name, ops, g.inputs, [s.name for s in g.outputs]))
-        return bindings, initial
+            def first(*args, _fn=fn):
+                if args[0].shape[0] % 9 == 4:
+                    time.sleep(0.03)
+                    raise RuntimeError("radar: a fault on this scan")
+                _fn(*args)
+            ops = [dataclasses.replace(g.ops[0], fn=first), *g.ops[1:]]
+            bindings[i] = dataclasses.replace(b, graph=Graph(g.name, ops, g.inputs, [s.name for s in g.outputs]))
+    return bindings, initial
 
-    monkeypatch.setattr("rt_runtime.replay.run.build_bindings", faulty)
+
+def test_a_lost_bet_replays_again_and_gives_the_outputs_of_one_thread(short_bag: Path, tmp_path: Path, monkeypatch,
+                                                                     capsys) -> None:
+    """The bet on a faulty radar job is lost, the replay runs again without betting, and its outputs are
+    those of one thread."""
+    monkeypatch.setattr("rt_runtime.replay.run.build_bindings", faulty_radar)
     cfg = load_stack(CONFIG)
     one = replay(short_bag, cfg, out=tmp_path / "one", until_s=2.0, parallel=1, hardware=False)
     assert one.stats["radar_objects"]["errors"] > 0 and "lost_bet" not in one.extra
@@ -82,6 +84,36 @@ def test_a_lost_bet_replays_again_and_gives_the_outputs_of_one_thread(short_bag:
     assert "task 'radar_objects' job" in two.extra["lost_bet"]
     assert "replaying again with each result computed before it is published" in capsys.readouterr().err
     assert two.output_digest == one.output_digest and two.stats == one.stats
+    assert messages(tmp_path / "two") == messages(tmp_path / "one")
+
+
+def test_a_lost_bet_in_a_run_a_signal_ended_replays_again_to_the_same_cut(short_bag: Path, tmp_path: Path,
+                                                                          monkeypatch) -> None:
+    """Ctrl-C once the replay has pushed 1.5 s of the bag, and a bet lost: found before the signal, the
+    rerun is stopped by it in turn; found as the interrupted run settles, the rerun ends where that run
+    did, without asking for the signal again. Either way: cut where one thread's replay is cut, marked
+    partial, with its outputs."""
+    from rt_runtime.replay.run import ReplayRun
+
+    monkeypatch.setattr("rt_runtime.replay.run.build_bindings", faulty_radar)
+    pushed = [0]
+    push = ReplayRun._push
+
+    def tracked(self, item):
+        pushed[0] = item.t_ns
+        push(self, item)
+    monkeypatch.setattr(ReplayRun, "_push", tracked)
+
+    def stop() -> str | None:   # the signal arrives once 1.5 s of the bag went in (a run starts at 0 again)
+        return "SIGINT" if pushed[0] >= 1_500_000_000 else None
+
+    cfg = load_stack(CONFIG)
+    one = replay(short_bag, cfg, out=tmp_path / "one", parallel=1, hardware=False, stop=stop)
+    pushed[0] = 0
+    two = replay(short_bag, cfg, out=tmp_path / "two", parallel=2, hardware=False, stop=stop)
+    assert "lost_bet" in two.extra and two.extra["interrupted"] == one.extra["interrupted"] == "SIGINT"
+    assert 1.5 <= two.duration_s == one.duration_s < 1.6
+    assert two.output_digest == one.output_digest
     assert messages(tmp_path / "two") == messages(tmp_path / "one")
 
 

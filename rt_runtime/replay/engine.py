@@ -77,15 +77,20 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         raise ReplayError(f"reader: expected one of {', '.join(READERS)}, found {reader!r}")
     wanted = {r.topic: r for r in cfg.ingress}
     lost = None
+    cut: ReplayRun | None = None   # a first run that a signal had ended: the rerun ends where it did
     for optimistic in (True, False):   # a lost bet (sched.optimistic): once more, each result settled first
         bag = _checked_bag(bag_path, cfg, wanted)
         duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
+        if cut is not None:
+            duration_ns = cut.duration_ns
         # The reader process starts first: its start-up overlaps building and warming the stack.
         computing = max(1, wanted_threads(parallel))
         in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
         feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
         run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
-                        stop=stop)
+                        stop=stop if cut is None else None)
+        if cut is not None:   # the same cut, marked as the first run would have marked it
+            run.interrupted, run.bag_ns = cut.interrupted, cut.bag_ns
         try:
             run.open(out=out, out_format=out_format, replace=replace, speed=speed, workers=workers, timing=timing,
                      cost=cost, speculate=speculate, hardware=hardware, retain_channels=retain_channels,
@@ -100,6 +105,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         except Mispredicted as e:
             run.abort()   # nothing of it is kept: the rerun writes ``out`` from the start
             lost = str(e)
+            cut = run if run.interrupted else None
             print(f"rt-runtime replay: note: --parallel: {lost}; replaying again with each result computed before "
                   "it is published (the same outputs, slower)", file=sys.stderr)
             continue
