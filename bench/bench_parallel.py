@@ -10,8 +10,9 @@ commit). Columns: wall time, speed-up over real time, ratio to ``--parallel 1``,
 of the wall time (everything that is not op execution: 1 - op CPU / wall; with more than one thread
 computing it no longer measures the runtime), the runtime's own CPU in the driver thread (its CPU
 less the ops it computed itself: booking, channels, trace, egress encoding and the digest), the wall
-time the driver waited for a result another thread computed, peak RSS, and whether every run of
-every variant gave one digest.
+time the driver waited for a result another thread computed, peak RSS, the publishes made on a bet
+(``sched.optimistic``; in brackets the runs that lost one and replayed again), and whether every run
+of every variant gave one digest.
 
     python bench/bench_parallel.py            # 3 rounds
     BENCH_QUICK=1 python bench/bench_parallel.py
@@ -41,6 +42,7 @@ print(json.dumps({"wall_s": r.wall_s, "speedup": r.speedup, "share": r.runtime_s
                   "runtime_cpu_s": r.extra.get("runtime_cpu_s", r.extra.get("driver_cpu_s", 0.0) - r.exec_s),
                   "waited_s": r.extra.get("driver_waited_s", 0.0), "digest": r.output_digest,
                   "duration_s": r.duration_s, "clean": r.clean, "parallel": r.parallel,
+                  "bets": r.extra.get("bets", 0), "lost": int("lost_bet" in r.extra),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -70,7 +72,7 @@ def main() -> None:
     print(f"built-in scenario ({r0['duration_s']:.1f} s of bag), {os.cpu_count()} cores; {RUNS} rounds, "
           f"variants interleaved, medians; one digest over all runs: {len(digests) == 1}")
     print(f"{'variant':<24} {'wall s':>7} {'x real':>7} {'vs -p1':>7} {'share':>7} {'ops cpu s':>9} "
-          f"{'runtime cpu s':>13} {'driver waited s':>15} {'peak RSS MB':>11} {'clean':>6}")
+          f"{'runtime cpu s':>13} {'driver waited s':>15} {'peak RSS MB':>11} {'bets (lost)':>11} {'clean':>6}")
     for label, _, _ in VARIANTS:
         rs = results[label]
         wall = med(r["wall_s"] for r in rs)
@@ -78,7 +80,8 @@ def main() -> None:
               f"{med(r['share'] for r in rs) * 100:>6.1f}% {med(r['exec_s'] for r in rs):>9.2f} "
               f"{med(r['runtime_cpu_s'] for r in rs):>13.2f} {med(r['waited_s'] for r in rs):>15.2f} "
               f"{med(r['rss_mb'] for r in rs):>11.0f} "
-              f"{str(all(r['clean'] for r in rs)):>6}")
+              f"{med(r['bets'] for r in rs):>6.0f} ({sum(r['lost'] for r in rs)})"
+              f"{str(all(r['clean'] for r in rs)):>7}")
 
 
 if __name__ == "__main__":
