@@ -38,14 +38,17 @@ def default_bag(progress: bool = False) -> Path:
 
     path = cache_dir() / f"{DEFAULT_SCENARIO}_seed{DEFAULT_SEED}_{DEFAULT_SECONDS:g}s"
     if not (path / "metadata.yaml").is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".partial")
-        if tmp.exists():
-            import shutil
+        import shutil
 
-            shutil.rmtree(tmp)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in (path, path.with_name(path.name + ".partial")):   # a cache entry that is not a whole bag
+            if stale.exists():
+                shutil.rmtree(stale)
         print(f"rt-runtime: generating the built-in scenario '{DEFAULT_SCENARIO}' ({DEFAULT_SECONDS:g} s) "
               f"into {path} (once)", file=sys.stderr)
-        record(tmp, DEFAULT_SCENARIO, DEFAULT_SECONDS, DEFAULT_SEED, "mcap", workers=min(os.cpu_count() or 1, 4))
-        tmp.rename(path)
+        try:   # written into a temporary sibling and renamed (BagWriter): a whole bag or none, named as its folder
+            record(path, DEFAULT_SCENARIO, DEFAULT_SECONDS, DEFAULT_SEED, "mcap", workers=min(os.cpu_count() or 1, 4))
+        except FileExistsError:
+            if not (path / "metadata.yaml").is_file():   # else another process made it meanwhile
+                raise
     return path
