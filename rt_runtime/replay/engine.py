@@ -78,13 +78,13 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     wanted = {r.topic: r for r in cfg.ingress}
     lost = None
     cut: ReplayRun | None = None   # a first run that a signal had ended: the rerun ends where it did
+    computing = max(1, wanted_threads(parallel))
     for optimistic in (True, False):   # a lost bet (sched.optimistic): once more, each result settled first
         bag = _checked_bag(bag_path, cfg, wanted)
         duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
         if cut is not None:
             duration_ns = cut.duration_ns
         # The reader process starts first: its start-up overlaps building and warming the stack.
-        computing = max(1, wanted_threads(parallel))
         in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
         feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
         run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,

@@ -14,7 +14,7 @@ Here the driver bets instead. At a job's deadline it commits the job's reserved 
   computation is settled; the replay writes its outputs only below the oldest waiting one
   (``egress_floor``), and settles every bet (``settle_all``) at the end of the run;
 * each bet is checked when its computation is settled: in publish order, as soon as it is done
-  (``poll``), or at once when a channel needs a slot it holds (``make_room``), so no channel grows
+  (at the next deadline), or at once when a channel needs a slot it holds (``make_room``), so no channel grows
   beyond the slots the serial schedule needs.
 
 A bet is lost when the computation did not end as the bet assumed: an op raised (the serial driver
@@ -68,20 +68,17 @@ class OptimisticCommit(ParallelCommit):
     def at_deadline(self, job: RunJob, t: int) -> None:
         """A job finished by its deadline publishes now: on a bet if its computation is not done."""
         late = self.late
-        if late and late[0].done:
-            self.poll(t)
+        while late and late[0].done:   # bets already computed: checked now, in publish order
+            self._settle_next(t)
         c = job.comp
         if c is None or c.settled or job.state != FINISHED:
             return
         if self.betting and not c.done:
             ex = c.executor
             copies = 0 if type(ex) is GraphExecutor else ex.spec.copies if id(ex) in self.booking else -1
-            writers = job.ts.writers
             outs = job.outs
-            for i, slot in enumerate(outs):
-                ch = writers[i][1]
-                if slot.index < 0 or ch.spec is None or ch.streamed:
-                    copies = -1
+            if any(slot.index < 0 or ch.spec is None or ch.streamed for (_, ch), slot in zip(job.ts.writers, outs)):
+                copies = -1
             if copies >= 0:
                 for slot in outs:
                     slot.pending = c
@@ -113,17 +110,9 @@ class OptimisticCommit(ParallelCommit):
     def make_room(self, ch: Any, t: int) -> None:
         """Before a slot of ``ch`` is reserved: settle bets, oldest first, until one is free."""
         while ch.full and self.late:
-            self._settle_late(self.late.popleft(), t)
-            self._flush()
+            self._settle_next(t)
 
     # ---- settling ---------------------------------------------------------------------------
-    def poll(self, t: int) -> None:
-        """Settle the bets whose computations are done, in publish order, and hand on their egress."""
-        late = self.late
-        while late and late[0].done:
-            self._settle_late(late.popleft(), t)
-        self._flush()
-
     def egress_floor(self) -> int:
         """The oldest instant whose egress still waits for a computation (a large number: none)."""
         return self.egress[0][2] if self.egress else _INF
@@ -131,10 +120,11 @@ class OptimisticCommit(ParallelCommit):
     def settle_all(self, t: int) -> None:
         """Wait for every bet and check it, in publish order, and hand on all the egress held."""
         while self.late:
-            self._settle_late(self.late.popleft(), t)
-        self._flush()
+            self._settle_next(t)
 
-    def _settle_late(self, c: Computation, t: int) -> None:
+    def _settle_next(self, t: int) -> None:
+        """Settle the oldest bet (waiting for it), check it, and hand on the egress that waited for it."""
+        c = self.late.popleft()
         self.pool.wait(c)
         for slot in c.outs:
             if slot.pending is c:
@@ -151,6 +141,7 @@ class OptimisticCommit(ParallelCommit):
             self.lost = f"task '{job.ts.name}' job {job.index}, published at its deadline on a bet: {why}"
             raise Mispredicted(self.lost)
         self.settle(c, t)
+        self._flush()
 
     def _flush(self) -> None:
         q, egress = self.egress, self.s.egress
