@@ -29,8 +29,9 @@ video's own 10 fps. Log times are the stamp plus a driver's delivery delay.
 
 builds ``OUT_DIR/<lidar>_<camera>_<format>`` for each combination and then, per bag, runs
 ``rt-runtime inspect BAG --config-out BAG.yaml`` and ``rt-runtime replay BAG --config BAG.yaml --json``
-and prints a table: jobs, aborted, errors, invariant alarms, objects published, and each distinct
-error line (docs/BENCHMARKS.md, "Third-party recordings").
+(``--out``, ``--trace`` beside the bag) and prints a table: jobs, aborted, errors, invariant alarms
+(redundancy verdicts VOTED and NO_MAJORITY in the trace), /perception/objects messages and the
+objects in them, and each distinct error line (docs/BENCHMARKS.md, "Third-party recordings").
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rt_runtime.bag import BagWriter, array_to_cloud, array_to_image, header, msg_class  # noqa: E402
+from rt_runtime.bag import BagWriter, array_to_cloud, array_to_image, header, msg_class, open_bag  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "data" / "third_party"
 VLP16_RAWLOG = FIXTURES / "test_velodyne_VLP16.rawlog"
@@ -252,21 +253,31 @@ def _rt(*args: str) -> subprocess.CompletedProcess:
 
 def flow(bag: Path) -> dict:
     """The documented flow on one bag: inspect --config-out, then replay --config --json; what came out."""
-    config, trace = bag.with_name(bag.name + ".yaml"), bag.with_name(bag.name + ".trace")
+    config, trace, out = (bag.with_name(bag.name + ext) for ext in (".yaml", ".trace", ".out"))
     ins = _rt("inspect", str(bag), "--config-out", str(config), "--force")
     row: dict = {"bag": bag.name, "inspect_rc": ins.returncode, "config": str(config)}
     if ins.returncode != 0:
         row["error_lines"] = (ins.stderr.strip().splitlines() or ["(no output)"])[-3:]
         return row
-    rep = _rt("replay", str(bag), "--config", str(config), "--json", "--trace", str(trace), "--force")
+    rep = _rt("replay", str(bag), "--config", str(config), "--json", "--trace", str(trace), "--out", str(out),
+              "--force")
     row["replay_rc"] = rep.returncode
     try:
         doc = json.loads(rep.stdout)
     except json.JSONDecodeError:
         row["error_lines"] = (rep.stderr.strip().splitlines() or ["(no output)"])[-3:]
         return row
-    row.update(summarize(doc, trace, rep.stderr))
+    row.update(summarize(doc, trace, rep.stderr), tracks=tracks(out))
     return row
+
+
+def tracks(out: Path) -> list[int]:
+    """The objects (markers added) in each /perception/objects message of a replay's output bag."""
+    with open_bag(out) as bag:
+        if "/perception/objects" not in bag.topics:
+            return []
+        return [sum(1 for m in bag.decode(msg).markers if m.action == 0)
+                for msg in bag.messages(["/perception/objects"])]
 
 
 def summarize(doc: dict, trace: Path, stderr: str = "") -> dict:
@@ -291,14 +302,16 @@ def summarize(doc: dict, trace: Path, stderr: str = "") -> dict:
 
 def table(rows: list[dict]) -> str:
     """A markdown table of the flow's rows."""
-    out = ["| bag | jobs (aborted) per task | aborted | errors | invariant alarms | /perception/objects |",
-           "|---|---|---|---|---|---|"]
+    out = ["| bag | jobs (aborted) per task | aborted | errors | invariant alarms | /perception/objects "
+           "messages | objects per message (median, max) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "tasks" not in r:
-            out.append(f"| {r['bag']} | flow failed: {' / '.join(r.get('error_lines', []))} | | | | |")
+            out.append(f"| {r['bag']} | flow failed: {' / '.join(r.get('error_lines', []))} | | | | | |")
             continue
         jobs = ", ".join(f"{t} {v['jobs']} ({v['aborted']})" for t, v in sorted(r["tasks"].items()))
-        out.append(f"| {r['bag']} | {jobs} | {r['aborted']} | {r['errors']} | {r['alarms']} | {r['objects']} |")
+        n = r.get("tracks") or [0]
+        out.append(f"| {r['bag']} | {jobs} | {r['aborted']} | {r['errors']} | {r['alarms']} | {r['objects']} "
+                   f"| {int(np.median(n))}, {max(n)} |")
     return "\n".join(out)
 
 
