@@ -22,7 +22,8 @@ radar, odometry, tf or CameraInfo), as a user's first recording often is:
   ``/camera/image_raw/compressed``, image_transport's ``"bgr8; jpeg compressed bgr8"``.
 
 The one revolution is every sweep (a parked vehicle's view), 10 Hz; the video frames follow at the
-video's own 10 fps. Log times are the stamp plus a driver's delivery delay.
+video's own 10 fps, 33 ms after the sweeps (not synchronized). Log times are the stamp plus a
+driver's delivery delay.
 
     python bench/third_party_bags.py OUT_DIR [--seconds 4] [--formats mcap,sqlite3] [--video vtest.avi]
         [--build-only]
@@ -57,6 +58,7 @@ VTEST_FRAMES = FIXTURES / "vtest"
 T0_NS = 1_700_000_000_000_000_000
 LIDAR_PERIOD_NS = 100_000_000          # 600 rpm
 VIDEO_PERIOD_NS = 100_000_000          # vtest.avi: 10 fps (its AVI header)
+CAMERA_OFFSET_NS = 33_000_000          # free-running: the camera is not triggered by the LiDAR
 CAMERA_DELAY_NS = 20_000_000           # stamp -> log time: exposure, transport
 LIDAR_DELAY_NS = 5_000_000             # after the sweep's last packet
 LIDARS = ("velodyne", "ouster")
@@ -220,13 +222,14 @@ def write_bag(out: Path, storage: str, lidar: str, camera: str, sweep: Sweep, fr
         bag.add_topic(cam_topic, cam_type)
         timeline = [(T0_NS + k * LIDAR_PERIOD_NS + int(sweep_end_s * 1e9) + LIDAR_DELAY_NS, "lidar", k)
                     for k in range(sweeps)]
-        timeline += [(T0_NS + i * VIDEO_PERIOD_NS + CAMERA_DELAY_NS, "camera", i) for i in range(n_frames)]
+        timeline += [(T0_NS + CAMERA_OFFSET_NS + i * VIDEO_PERIOD_NS + CAMERA_DELAY_NS, "camera", i)
+                     for i in range(n_frames)]
         for t_log, kind, i in sorted(timeline):
             if kind == "lidar":
                 bag.write(lidar_topic, t_log, array_to_cloud(points, frame_id, T0_NS + i * LIDAR_PERIOD_NS
                                                              + int(round(stamp_s * 1e9)), is_dense=lidar == "ouster"))
                 continue
-            t_ns = T0_NS + i * VIDEO_PERIOD_NS
+            t_ns = T0_NS + CAMERA_OFFSET_NS + i * VIDEO_PERIOD_NS
             if camera == "bgr8":
                 bgr = simplejpeg.decode_jpeg(frames[i], colorspace="BGR")
                 bag.write(cam_topic, t_log, array_to_image(bgr, "bgr8", "camera", t_ns))
