@@ -226,8 +226,9 @@ def write_bag(out: Path, storage: str, lidar: str, camera: str, sweep: Sweep, fr
                      for i in range(n_frames)]
         for t_log, kind, i in sorted(timeline):
             if kind == "lidar":
+                # is_dense true, as both drivers send these clouds (no NaN: dropped, or zeros)
                 bag.write(lidar_topic, t_log, array_to_cloud(points, frame_id, T0_NS + i * LIDAR_PERIOD_NS
-                                                             + int(round(stamp_s * 1e9)), is_dense=lidar == "ouster"))
+                                                             + int(round(stamp_s * 1e9))))
                 continue
             t_ns = T0_NS + CAMERA_OFFSET_NS + i * VIDEO_PERIOD_NS
             if camera == "bgr8":
