@@ -206,7 +206,7 @@ def write_bag(out: Path, storage: str, lidar: str, camera: str, sweep: Sweep, fr
     """One bag: ``lidar`` (velodyne|ouster) at 10 Hz and ``camera`` (bgr8|jpeg) at the video's rate, ``seconds`` long."""
     import simplejpeg
     sweeps = int(round(seconds * 1e9 / LIDAR_PERIOD_NS))
-    n_frames = min(len(frames), int(round(seconds * 1e9 / VIDEO_PERIOD_NS)))
+    n_frames = int(round(seconds * 1e9 / VIDEO_PERIOD_NS))
     if lidar == "velodyne":
         lidar_topic, frame_id = "/velodyne_points", "velodyne"
         points, stamp_s = velodyne_points(sweep)
@@ -245,8 +245,17 @@ def build_bags(out_dir: Path, seconds: float, formats: tuple[str, ...], video: P
                lidars: tuple[str, ...] = LIDARS, cameras: tuple[str, ...] = CAMERAS) -> list[Path]:
     """Every lidar x camera x storage combination under ``out_dir`` (which must not hold them yet)."""
     sweep = decode_vlp16(vlp16_packets(VLP16_RAWLOG))
-    frames = video_frames(video, int(seconds * 1e9 / VIDEO_PERIOD_NS)) if video else fixture_frames()
+    wanted = int(round(seconds * 1e9 / VIDEO_PERIOD_NS))
+    frames = video_frames(video, wanted) if video else fixture_frames()
+    if len(frames) < wanted:   # a camera that stops before the LiDAR would be a silent sensor, not a recording
+        raise SystemExit(f"--seconds {seconds:g}: {video or VTEST_FRAMES} holds {len(frames)} frames "
+                         f"({len(frames) * VIDEO_PERIOD_NS / 1e9:g} s at 10 fps); expected {wanted}"
+                         + ("" if video else " (--video vtest.avi for longer)"))
     out_dir.mkdir(parents=True, exist_ok=True)
+    taken = [d for d in (out_dir / f"{lidar}_{camera}_{FORMATS[fmt]}" for fmt in formats for lidar in lidars
+                         for camera in cameras) if d.exists()]
+    if taken:
+        raise SystemExit(f"{taken[0]}: exists already; give a new OUT_DIR")
     return [write_bag(out_dir / f"{lidar}_{camera}_{FORMATS[fmt]}", fmt, lidar, camera, sweep, frames, seconds)
             for fmt in formats for lidar in lidars for camera in cameras]
 
