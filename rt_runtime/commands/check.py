@@ -3,18 +3,21 @@
 Reads a full configuration or a file with only ``policy:``, ``tasks:`` (and ``chains:``), derives each
 task's releases from what triggers it and analyses each worker (``analysis.e2e``, docs/ANALYSIS.md),
 prints utilization, each task's release model, worst-case response time, deadline, slack and
-verdict, the overall verdict and the chains' end-to-end latency bounds (chain-LET, per-hop LET,
-response). Exit status: 0 schedulable, 1 not, 2 invalid input.
+verdict, the degraded mode (every fallback on, the periodic ones reserved: ``analysis.modes``), the
+overall verdict and the chains' end-to-end latency bounds (chain-LET, per-hop LET, response). Exit
+status: 0 schedulable (both modes), 1 not, 2 invalid input.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 if TYPE_CHECKING:
     from ..analysis import SchedulabilityReport
+    from ..analysis.modes import ModeReport
 
 POLICY_NAMES = {"rm": "rate monotonic", "dm": "deadline monotonic", "fp": "fixed priorities",
                 "edf": "earliest deadline first"}
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         report = analyse_file(args.file)
+        mode = degraded_mode(args.file)
     except ConfigError as e:
         return _usage_error(str(e))
     except (TaskError, ValueError) as e:  # what the analysis itself refuses, e.g. an unsupported deadline
@@ -48,11 +52,12 @@ def run(args: argparse.Namespace) -> int:
         return _usage_error(f"{args.file}: the analysis cannot handle this task set's magnitudes "
                             f"({type(e).__name__}: {str(e)[:120]}); check the periods and budgets")
     if args.json:
-        doc = {"file": str(args.file), **report.to_json()}
+        doc = {"file": str(args.file), **report.to_json(),
+               "degraded_mode": mode.to_json() if mode is not None else None}
         print(json.dumps(doc, indent=2, allow_nan=False))
     else:
-        print(render(report, str(args.file)))
-    return 0 if report.schedulable else 1
+        print(render(report, str(args.file), mode))
+    return 0 if report.schedulable and (mode is None or mode.schedulable) else 1
 
 
 def analyse_file(path: str) -> SchedulabilityReport:
@@ -70,6 +75,54 @@ def analyse_file(path: str) -> SchedulabilityReport:
                       together=[c.tasks for c in chains if c.deadline_ns is not None]) if workers > 1 else None
     return analyze_system(tasks, policy, chains, acts, on_finish, where, None, task_writes(path),
                           steal=where is not None and load_yaml(path).get("steal") is True)
+
+
+def degraded_mode(path: str | Path) -> ModeReport | None:
+    """The file's degraded mode (``analysis.modes``), partitioned as the runtime partitions it; None
+    when no task has a fallback."""
+    from ..analysis.modes import analyse_degraded
+    from ..config import load_taskset
+    from ..config.taskset import fallback_budgets, task_releases, task_writes
+
+    policy, tasks, chains = load_taskset(path)
+    fallbacks = fallback_budgets(path, tasks)
+    if not fallbacks:
+        return None
+    acts, on_finish, explicit, workers = task_releases(path)
+    where = None
+    if workers > 1:
+        from ..analysis.modes import degraded_taskset
+        from ..core.chain import apply_chains
+        from ..sched.policy import partition
+
+        mode_tasks, mode_chains, _ = degraded_taskset(tasks, policy, chains, fallbacks)
+        where = partition(apply_chains(mode_tasks, mode_chains, policy), workers, explicit,
+                          together=[c.tasks for c in mode_chains if c.deadline_ns is not None])
+    return analyse_degraded(tasks, policy, chains, fallbacks, acts, on_finish, where, task_writes(path))
+
+
+def _render_mode(mode: ModeReport) -> list[str]:
+    """The degraded mode's lines: each reserved fallback, then the others' test with the reservation."""
+    out = ["", "degraded mode (every fallback on; a periodic task's reserved: its own period, ahead of every other "
+               "job, docs/ANALYSIS.md):"]
+    rows = [[r.name, str(r.worker), _ms(r.period_ns), _ms(r.wcet_ns), _ms(r.deadline_ns), _ms(r.response_ns),
+             "ok" if r.schedulable else "MISS"] for r in mode.reserved]
+    out += _table(["reserved", "worker", "period ms", "fallback wcet ms", "deadline ms", "response ms", "verdict"],
+                  rows)
+    policy = mode.others.policy
+    if policy == "edf":
+        until = "" if mode.checked_until_ns is None else f", deadlines up to {mode.checked_until_ns / 1e6:.3f} ms"
+        out.append(f"the other tasks' processor demand plus the reserved budgets (worst phasing{until}): "
+                   f"{'passes' if mode.demand_passes else 'fails'}")
+    else:
+        late = [n for n, r in mode.responses.items() if r is None]
+        out.append("the other tasks' response times with the reserved budgets above them: "
+                   + ("all within their deadlines" if not late else f"can miss: {', '.join(late)}"))
+    if mode.chains:
+        out.append("chains in this mode: " + "; ".join(" -> ".join(c) for c in mode.chains))
+    out += [f"note: {n}" for n in mode.notes]
+    out.append(f"degraded mode: {'SCHEDULABLE' if mode.schedulable else 'NOT SCHEDULABLE'}")
+    return out
 
 
 def _usage_error(message: str) -> int:
@@ -92,8 +145,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1)
     return lines
 
 
-def render(report: SchedulabilityReport, source: str) -> str:
-    """The human-readable report: task table, bounds, verdict, chains."""
+def render(report: SchedulabilityReport, source: str, mode: ModeReport | None = None) -> str:
+    """The human-readable report: task table, bounds, the degraded mode, verdict, chains."""
     fixed = report.policy != "edf"
     out = [f"{source}: policy {report.policy} ({POLICY_NAMES[report.policy]}), {len(report.tasks)} tasks, "
            f"utilization {report.utilization:.3f} ({report.utilization * 100:.1f}%)", ""]
@@ -123,6 +176,8 @@ def render(report: SchedulabilityReport, source: str) -> str:
         how = _render_tests(out, b, u)
     for n in report.notes:
         out.append(f"note: {n}")
+    if mode is not None:
+        out += _render_mode(mode)
     missed = [t.name for t in report.tasks if not t.schedulable]
     out.append(f"verdict: {'SCHEDULABLE' if report.schedulable else 'NOT SCHEDULABLE'} ({how}"
                + (f"; can miss: {', '.join(missed)}" if missed else "") + ")")

@@ -16,6 +16,7 @@ from ..device.base import tensor_device
 from ..sched import TaskBinding
 from ..sched.budget import check_op_budgets
 from .stack import StackConfig, _fail, _mapping, _op_budgets, resolve
+from .taskset import fallback_budget
 from .taskset import ConfigError
 from .wiring import channel_problems, egress_problems, initial_problems, raise_all
 
@@ -123,7 +124,8 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
             binding = TaskBinding(
                 dataclasses.replace(task, graph=graph), graph, inputs=inputs,
                 outputs=_mapping(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
-                fallback=fallback, on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
+                fallback=fallback, fallback_wcet_ns=fallback_budget(e, cfg.source, task.name),
+                on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
                 worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph),
                 op_budgets=_op_budgets(e, cfg.source, task.name), join=_join(e, cfg.source, task.name),

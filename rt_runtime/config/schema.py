@@ -221,6 +221,8 @@ class Task(_Model):
     """'package.module:function' building the fallback graph (on_miss: degrade)."""
     fallback_args: Annotated[dict[str, Any] | None, RUNTIME] = None
     """Keyword arguments of the fallback builder."""
+    fallback_wcet: Annotated[Duration | None, RUNTIME] = None
+    """The fallback graph's budget (default: wcet): reserved for the degraded task every period."""
     group: Annotated[str | None, RUNTIME] = None
     """Tasks of one group degrade together."""
     recover_after: Annotated[Annotated[int, Field(ge=1)] | None, RUNTIME] = None

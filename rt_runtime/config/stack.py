@@ -31,7 +31,7 @@ from ..core.task import Task
 from ..core.units import DurationError, clip, parse_duration
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy
-from .taskset import ConfigError, load_yaml, parse_taskset
+from .taskset import ConfigError, fallback_budget, load_yaml, parse_taskset
 from .realtime import parse_realtime
 from .wiring import check_wiring, key_problems, raise_all, suggest
 DEVICE = re.compile(r"(cpu|cpu-async|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
@@ -274,6 +274,7 @@ def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
         if args is not None and (not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args)):
             raise _fail(source, f"task '{name}': {key}", f"expected a mapping of argument names to values, found "
                         f"{clip(args)}", task=name, fld=key)
+    fallback_budget(e, source, name)   # a positive duration, and only beside a fallback
     recover = e.get("recover_after")
     if recover is not None and (isinstance(recover, bool) or not isinstance(recover, int) or recover < 1):
         raise _fail(source, f"task '{name}': recover_after", f"expected a positive integer (clean jobs in a row "

@@ -121,6 +121,22 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
         raise ConfigError(source, str(e), task=e.task, field=e.field) from None
 
 
+def fallback_budget(entry: Mapping[str, Any], source: str, task: str) -> int | None:
+    """A task entry's ``fallback_wcet`` in ns (None when absent: the fallback costs its task's wcet)."""
+    value = entry.get("fallback_wcet")
+    if value is None:
+        return None
+    if entry.get("fallback") is None:
+        raise ConfigError(source, f"task '{task}': fallback_wcet: the budget of a fallback graph, but the task has "
+                                  f"no fallback (found fallback_wcet {clip(value)} without fallback:)",
+                          task=task, field="fallback_wcet")
+    ns = _duration(source, task, "fallback_wcet", value)
+    if ns == 0:
+        raise ConfigError(source, f"task '{task}': fallback_wcet: must be positive, found {clip(value)}", task=task,
+                          field="fallback_wcet")
+    return ns
+
+
 def _task_entries(raw: Any, source: str) -> list[Mapping[str, Any]]:
     """Accept a list of task mappings, or a mapping from task name to its fields."""
     if isinstance(raw, Mapping):
@@ -268,6 +284,20 @@ def task_writes(path: str | Path) -> dict[str, set[str]]:
         else [e for e in raw or [] if isinstance(e, Mapping)] if isinstance(raw, list) else []
     return {str(e.get("name")): {str(v) for v in (e.get("outputs") or {}).values()} for e in entries
             if isinstance(e.get("outputs"), Mapping)}
+
+
+def fallback_budgets(path: str | Path, tasks: Iterable[Task]) -> dict[str, int]:
+    """Task -> its fallback's budget (``fallback_wcet``, else its wcet) for every task with a ``fallback:``,
+    of a file ``load_taskset`` read into ``tasks`` (the analysis of the degraded mode, ``analysis.modes``)."""
+    from .wiring import _entries
+
+    wcet = {t.name: t.wcet_ns for t in tasks}
+    out = {}
+    for name, e in _entries(load_yaml(path)).items():
+        if e.get("fallback") is not None and name in wcet:
+            own = fallback_budget(e, str(path), name)
+            out[name] = wcet[name] if own is None else own
+    return out
 
 
 def task_releases(path: str | Path) -> tuple[dict[str, Any], dict[str, bool], dict[str, int], int]:

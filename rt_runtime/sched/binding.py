@@ -66,6 +66,9 @@ class TaskBinding:
     on_overrun: Reaction | str | None = None   # None: none (count and trace only)
     group: str | None = None                   # degrade switches the whole group
     recover_after: int = 3                     # clean cycles in fallback before switching back
+    # The fallback graph's budget (None: the task's wcet): what a degraded task's reserved releases
+    # cost under budget timing and what the analysis charges for them (docs/SAFETY.md, "Degraded mode").
+    fallback_wcet_ns: int | None = None
     publish: Publish | str = Publish.LET
     worker: int | None = None                  # explicit partition; None: first-fit decreasing
     # Builds the primary graph's executor instead of a plain GraphExecutor (e.g. the time-redundant

@@ -14,8 +14,9 @@ How a task's budget ``C`` (its ``wcet``) is split over the ops of one run of its
    when every op has one).
 
 A time-redundant task's ``wcet`` already counts every run its job may take (``budget_factor``), so
-one run's budget is ``C / budget_factor``. The fallback graph's ops follow the same rule with the
-same ``C``. Speculative ops are charged the budgets of the ops they run.
+one run's budget is ``C / budget_factor``. The fallback graph's ops follow the same rule with
+``C``, or the task's ``fallback_wcet`` when it has one (what its degraded mode reserves). Speculative
+ops are charged the budgets of the ops they run.
 """
 from __future__ import annotations
 
@@ -68,9 +69,15 @@ def check_op_budgets(binding: TaskBinding, op_budgets: Mapping[str, int]) -> Non
     for name, ns in op_budgets.items():
         if isinstance(ns, bool) or not isinstance(ns, int) or ns <= 0:
             raise TaskError(binding.name, "op_budgets", f"op '{name}': expected a positive duration, found {ns!r}")
-    run = binding.task.wcet_ns // runs_per_budget(binding)
     for g in graphs:
-        split_budget(binding.name, g, run, op_budgets)
+        split_budget(binding.name, g, run_budget(binding, g), op_budgets)
+
+
+def run_budget(binding: TaskBinding, graph: Graph) -> int:
+    """One run's budget of ``graph`` (the task's graph or its fallback): the fallback's own budget if given."""
+    if graph is binding.fallback and binding.fallback_wcet_ns is not None:
+        return binding.fallback_wcet_ns
+    return binding.task.wcet_ns // runs_per_budget(binding)
 
 
 class BudgetCost:
@@ -88,12 +95,11 @@ class BudgetCost:
         self._keep: list[Op] = []   # the ops whose ids key the table stay alive as long as it does
         for b in bindings:
             mine = dict((op_budgets or {}).get(b.name) or b.op_budgets)
-            run = b.task.wcet_ns // runs_per_budget(b)
             ops = self.table.setdefault(b.name, {})
             for g in (b.graph, b.fallback):
                 if g is None:
                     continue
-                for op, ns in zip(g.ops, split_budget(b.name, g, run, mine)):
+                for op, ns in zip(g.ops, split_budget(b.name, g, run_budget(b, g), mine)):
                     ops[id(op)] = ns
                     self._keep.append(op)
 

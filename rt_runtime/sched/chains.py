@@ -19,6 +19,13 @@ output) is also released on its own, reading the channels, whenever its chain ha
 instance for one and a half of the member's periods: a planner keeps planning (in its minimal-risk mode, if the safety
 supervisor says so) when the LiDAR that heads its chain falls silent.
 
+Such a member degraded to a fallback that reads nothing from the members before it is *reserved*
+(``reserved``): while it runs its fallback it leaves its chain and is released at once, then on its
+own period's grid (offset + k * period), every period, ahead of every other job (``scheduler.RESERVED``), with
+the fallback's budget; the analysis charges exactly that (``analysis.modes``). Released by its
+chain, a minimal-risk plan came only when the chain's head came, and after the jobs of every
+earlier deadline: under load whole periods went without one (docs/SAFETY.md, "Degraded mode").
+
 These functions are the scheduler's hooks for chains; they run where the scheduler runs (under
 its lock when threaded) and allocate only per instance, not per op.
 """
@@ -55,8 +62,9 @@ class ChainState:
             if not ts.chain_in:
                 raise ValueError(f"chain '{name}': task '{ts.name}' reads nothing that "
                                  f"{', '.join(repr(m.name) for m in members[:k])} write(s)")
+            ts.chain_skip = frozenset(gin for gin, *_ in ts.chain_in)
             fb = ts.executors[1]
-            ts.fallback_alone = fb is not None and not {gin for gin, *_ in ts.chain_in} & {x.name for x in fb.graph.inputs}
+            ts.fallback_alone = fb is not None and not ts.chain_skip & {x.name for x in fb.graph.inputs}
 
 
 class ChainRun:
@@ -83,6 +91,8 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
     head.deadline_ns = run.end_ns   # published with the whole chain
     for k in range(1, len(chain.members)):
         ts = chain.members[k]
+        if reserved(ts):
+            continue   # released on its own period while degraded
         idx = ts.next_index
         ts.next_index = idx + 1
         if ts.active >= s.max_active:
@@ -95,7 +105,7 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         # how fast the machine computes, and the LET counters replay diagnostics carry must not.
         ts.c["released"] += 1
         job.chain_run = run
-        if snapshot(s, ts, job, r, skip={gin for gin, *_ in ts.chain_in}) is None:
+        if snapshot(s, ts, job, r, skip=ts.chain_skip) is None:
             return   # a required input never written yet: neither it nor the members after it run
         job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
         if ts.writers:
@@ -117,6 +127,8 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
     """Member ``job`` finished (or ended early) at ``t``: release the next member of its instance now."""
     run: ChainRun = job.chain_run
     k = job.ts.chain_pos + 1
+    while k < len(run.jobs) and run.jobs[k] is None and reserved(run.chain.members[k]):
+        k += 1   # a reserved member is not in this instance: the one after it reads its channel
     if k >= len(run.jobs):
         return
     nxt = run.jobs[k]
@@ -165,21 +177,23 @@ def _release(s: "Scheduler", job: RunJob, t: int, after: int, k: int) -> None:
     s.queue(s.workers[ts.worker], job)
 
 
-def chain_bound(tasks: list[Any], chains: list[Any], timeouts: Any = None) -> list[ChainState]:
-    """ChainStates for the run-time chains (those with a deadline), by task states; ``timeouts``: member
-    name -> its own period, after which it is released on its own if its chain has not released it."""
+def chain_bound(tasks: list[Any], chains: list[Any], periods: Any = None) -> list[ChainState]:
+    """ChainStates for the run-time chains (those with a deadline), by task states; ``periods``: member
+    name -> its own period: released on its own after 1.5 of them without its chain, and every one
+    of them while reserved."""
     by_name = {ts.name: ts for ts in tasks}
     out = [ChainState(c.name, [by_name[n] for n in c.tasks], int(c.deadline_ns)) for c in chains
            if c.deadline_ns is not None]
     for ch in out:
         for ts in ch.members[1:]:
-            ts.chain_timeout = int((timeouts or {}).get(ts.name, 0))
+            ts.own_period = int((periods or {}).get(ts.name, 0))
+            ts.chain_timeout = ts.own_period * 3 // 2
     return out
 
 
 def arm_timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
     """A member with a period of its own is released on its own if nothing releases it by t + its timeout."""
-    if ts.chain_timeout:
+    if ts.chain_timeout and not reserved(ts):
         s.timeouts += 1
         s.schedule((t + ts.chain_timeout, 2, ts.name, -s.timeouts, ts))
 
@@ -188,9 +202,44 @@ def timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
     """A member's timeout entry: release it on its own (reading the channels), unless its chain opened an
     instance or it ran on its own within the timeout. Measured from the head's releases, not the
     member's own: how long the members before it took must not decide whether it runs twice."""
+    if reserved(ts):
+        return   # its reserved releases run it every period
     since = t - ts.chain_timeout
     opened, alone = ts.chain.last_open, ts.last_release
     if (opened is None or opened <= since) and (alone is None or alone <= since):
         s.release(ts, t)
 
 
+def reserved(ts: TaskState) -> bool:
+    """Whether a job of ``ts`` released now is a reserved one: its fallback, released on a period of its own
+    (a periodic task, or a chain member with a period whose fallback reads nothing from its chain)."""
+    if not ts.mode:
+        return False
+    if ts.chain_pos > 0:
+        return ts.fallback_alone and ts.own_period > 0
+    return not ts.triggered and ts.join is None
+
+
+def start_reserved(s: "Scheduler", ts: TaskState, t: int) -> None:
+    """``ts`` was switched to its fallback at ``t``: a chain member's reserved releases start now (the
+    period whose job missed gets its plan too), then follow its own period's grid (``next_on_grid``); a
+    periodic task's own releases go on as they were."""
+    if ts.chain_pos == 0 or ts.stream or not reserved(ts):
+        return
+    ts.stream = True
+    s.schedule((t, 2, ts.name, ts.next_index, ts))
+
+
+def next_on_grid(ts: TaskState, r: int) -> int:
+    """The first instant of ``ts``'s own period grid (offset + k * period) after ``r``."""
+    p = ts.own_period
+    return ts.offset + max(0, (r - ts.offset) // p + 1) * p
+
+
+def reserved_release(s: "Scheduler", ts: TaskState, t: int) -> None:
+    """A reserved release entry of a chain member: release it, or, recovered meanwhile, back to its chain."""
+    ts.stream = False
+    if reserved(ts):
+        s.release(ts, t)   # which puts the next one a period later
+    else:
+        arm_timeout(s, ts, t)   # in its chain again, with its own-period release after 1.5 periods

@@ -57,8 +57,11 @@ class TaskState:
         self.chain: Any = None               # the run-time chain it belongs to (sched.chains.ChainState)
         self.chain_pos = 0                   # its place in that chain (0: the head)
         self.chain_in: list[tuple] = []      # (graph input, channel, reader, member, output index) handed over
+        self.chain_skip: frozenset[str] = frozenset()   # those graph inputs (not snapshotted at release)
         self.chain_timeout = 0               # released on its own after this long without a chain release
         self.fallback_alone = False          # its fallback reads nothing from earlier chain members
+        self.own_period = 0                  # a chain member's period of its own (0: none, e.g. triggered)
+        self.stream = False                  # a reserved release of its fallback is on the timeline (sched.chains)
         self.meta: Any = None                # message metadata rows for ``x.meta`` inputs (sched.meta.MetaPool)
         self.join: Any = binding.join        # released by several channels (sched.binding.Join)
         self.join_readers: list[tuple["Channel", int]] = []   # its input readers on the join's channels

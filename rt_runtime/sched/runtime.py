@@ -96,14 +96,15 @@ class Runtime:
             raise ValueError(f"task names must be unique; repeated: {dup}")
         self.policy = as_policy(policy)
         chains = [c for c in chains if c.deadline_ns is not None]
-        timeouts: dict[str, int] = {}
+        periods: dict[str, int] = {}
         if chains:   # members run with their share of the chain's deadline and its head's rate (core/chain.py)
             spec = sorted(n for c in chains for n in c.tasks if any(b.name == n and b.speculate for b in bindings))
             if spec:
                 raise ValueError(f"tasks {spec} speculate: a chain member's next release is not known in advance; "
                                  f"take them out of their chain or turn speculation off")
-            # A member with a period of its own runs on its own when its chain leaves it idle for 1.5 periods.
-            timeouts = {b.name: b.task.period_ns * 3 // 2 for b in bindings if b.task.trigger is None}
+            # A member with a period of its own runs on its own when its chain leaves it idle for 1.5 periods,
+            # and on that period's grid while degraded (sched.chains, "reserved").
+            periods = {b.name: b.task.period_ns for b in bindings if b.task.trigger is None}
             run_tasks = {t.name: t for t in apply_chains([b.task for b in bindings], chains, self.policy.name)}
             bindings = [b if run_tasks[b.name] is b.task else dataclasses.replace(b, task=run_tasks[b.name])
                         for b in bindings]
@@ -153,7 +154,7 @@ class Runtime:
         self._reserve(states, max_active, parallel is not None, BETS_AHEAD if optimistic else 0)
         self.sched = Scheduler(states, self.channels, self.policy, sink if sink is not None else NullSink(),
                                egress, max_active, logical=self.logical, chains=chains,
-                               chain_timeouts=timeouts)
+                               chain_periods=periods)
         self.sched.adopt = adopt_ingress
         self.sched.steal = steal and workers > 1   # work-conserving dispatch (sched/dispatch.py)
         if asynchronous(device):   # hand-offs between tasks ordered by events on the device's streams

@@ -18,7 +18,8 @@ import threading
 from collections import deque
 from typing import Any, Callable, Mapping, Sequence
 
-from .chains import arm_timeout, chain_bound, open_instance, release_next, timeout
+from .chains import (arm_timeout, chain_bound, next_on_grid, open_instance, release_next, reserved, reserved_release,
+                     timeout)
 from .channel import Channel
 from .dispatch import wake_idle
 from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_OUTPUT, EventKind, EventSink
@@ -33,6 +34,8 @@ Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view
 
 _K = EventKind
 _push = heapq.heappush
+# Prefix of a reserved job's ready-queue key: before any policy key (deadlines and ranks are >= 0).
+RESERVED = (-1,)
 
 
 class Scheduler:
@@ -40,7 +43,7 @@ class Scheduler:
 
     def __init__(self, tasks: list[TaskState], channels: dict[str, Channel], policy: Policy,
                  sink: EventSink, egress: Egress | None, max_active: int, logical: bool = False,
-                 chains: Sequence[Any] = (), chain_timeouts: Mapping[str, int] | None = None) -> None:
+                 chains: Sequence[Any] = (), chain_periods: Mapping[str, int] | None = None) -> None:
         from .watchdog import Watchdog
 
         self.tasks = {ts.name: ts for ts in tasks}
@@ -79,7 +82,7 @@ class Scheduler:
         self.watchdog = Watchdog(self)
         self.speculators: list[Any] = []   # tasks whose binding asks for speculation (safety.speculation)
         self.written_channels = {ch.name for ts in tasks for _, ch in ts.writers}
-        self.chains = chain_bound(tasks, list(chains), chain_timeouts)   # run-time chains (sched.chains)
+        self.chains = chain_bound(tasks, list(chains), chain_periods)   # run-time chains (sched.chains)
         self.timeouts = 0   # chain members' timeout entries so far (their unique, negative index)
         for ts in tasks:
             sp = ts.binding.speculate
@@ -176,6 +179,8 @@ class Scheduler:
         if phase == 2:
             if index < 0:
                 timeout(self, payload, t)   # a chain member not released by its chain for its own period
+            elif payload.chain_pos > 0:
+                reserved_release(self, payload, t)   # a degraded member's own period (sched.chains)
             else:
                 self.release(payload, t)
         elif phase == 0:
@@ -214,9 +219,13 @@ class Scheduler:
         if ts.triggered:
             ts.pending_release = False
             ts.last_release = r
-        elif ts.chain_pos > 0:   # a chain member released on its own (sched.chains.timeout)
+        elif ts.chain_pos > 0:   # a chain member released on its own (sched.chains: timeout, reserved)
             ts.last_release = r
-            arm_timeout(self, ts, r)
+            if reserved(ts):
+                ts.stream = True
+                _push(self.timeline, (next_on_grid(ts, r), 2, ts.name, idx + 1, ts))
+            else:
+                arm_timeout(self, ts, r)
         else:
             _push(self.timeline, (r + ts.period, 2, ts.name, idx + 1, ts))
         c = ts.c
@@ -233,12 +242,16 @@ class Scheduler:
                     self.trigger(ts, r)
             return
         d = r + ts.deadline
-        job = RunJob(ts, idx, r, d, self.key(ts.prio, d, ts.name, r))
+        key = self.key(ts.prio, d, ts.name, r)
+        # A degraded task's fallback released on its own period runs ahead of every other job: the
+        # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
+        job = RunJob(ts, idx, r, d, RESERVED + key if reserved(ts) else key)
         c["released"] += 1
         if tr:
             self.hot.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
         if ts.readers:
-            stale = snapshot(self, ts, job, r)
+            # A reserved chain member's fallback reads nothing its chain hands over: those inputs are not read.
+            stale = snapshot(self, ts, job, r, ts.chain_skip if ts.chain_pos > 0 and reserved(ts) else ())
             if stale is None:
                 return
             if ts.meta is not None:

@@ -8,7 +8,10 @@ Reactions, per task: ``skip`` lets the job finish and drops its late output (the
 last value); ``abort`` cancels it at the next op boundary; ``degrade`` aborts it and switches the
 task, or its whole group, to the fallback graph, and back once every switched task has had
 ``recover_after`` clean jobs in a row (published on time, within budget); ``none`` only counts.
-A fallback job that misses is not aborted (there is nothing safer to degrade to): it publishes late.
+A fallback job that misses or overruns gets no reaction but the count, whatever the task's: it is
+not skipped, aborted or degraded (there is nothing safer to switch to, and dropping it would leave
+the last nominal output standing): it publishes late, at finish. A degraded task whose fallback runs
+on a period of its own is released every period ahead of every other job (``chains.reserved``).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from .binding import Reaction
+from .chains import start_reserved
 from .events import REACT_ABORT, REACT_DEGRADE, REACT_NONE, REACT_RECOVER, REACT_SKIP, EventKind
 from .job import RunJob, TaskState
 
@@ -55,9 +59,9 @@ class Watchdog:
         """Apply a task's reaction to a job that missed (or overran)."""
         ts = job.ts
         ts.clean = 0
-        if reaction is Reaction.DEGRADE and job.fallback:
-            # Already the fallback: nothing safer to switch to, and aborting it would leave the last
-            # nominal output standing. Its output is published late, at finish (counted as a miss).
+        if job.fallback:
+            # Already the fallback: nothing safer to switch to, and skipping or aborting it would leave
+            # the last nominal output standing. Its output is published late, at finish (counted as a miss).
             reaction = Reaction.NONE
         if reaction is Reaction.SKIP:
             job.drop = True
@@ -94,6 +98,7 @@ class Watchdog:
             if m.mode == 0 and m.executors[1] is not None:
                 m.mode = 1
                 m.c["degraded"] += 1
+                start_reserved(self.s, m, t)   # a chain member: its fallback on its own period from now
                 if m is not ts:
                     self.s.emit(EventKind.REACTION, t, m.name, -1, REACT_DEGRADE, 1)
 
