@@ -21,7 +21,7 @@ from pipelines import schema
 from pipelines.planning import build_minimal_risk_graph, build_planning_graph
 from pipelines.prediction import build_prediction_graph
 from pipelines.fusion import build_fusion_graph
-from pipelines.tracking import (build_fusion_tracking_graph, build_tracking_graph, initial_tracker_state,
+from pipelines.tracking import (build_fusion_tracking_graph, build_tracking_graph, initial_tracker_state, stamps,
                                 tracker_feedback)
 from rt_runtime.exec import GraphExecutor
 
@@ -93,8 +93,9 @@ def main() -> None:
             if k and ex.jobs:
                 state = tracker_feedback(ex.outputs)
             f = frames[k]
-            if fusion is None:
-                return {**f, **state}
+            if fusion is None:   # the sweep stamped at the odometry's instant
+                stamp = round(float(f["odom"][5]) * 1e9)
+                return {**f, **state, **stamps(stamp, stamp)}
             fused = fusion.run({n: f[n] for n in ("boxes", "box_count", "radar_objects", "radar_object_count",
                                                    "camera_boxes", "camera_box_count")})
             return {"fused": fused["fused"].clone(), "fused_count": fused["fused_count"].clone(), "odom": f["odom"],

@@ -17,11 +17,12 @@ from torch import Tensor
 from rt_runtime.exec import kernel
 from pipelines import schema
 from pipelines.geometry import greedy_assign, live_rows, valid_mask, wrap_angle
+from pipelines.tracking_time import sweep_pose, transition
 
 if TYPE_CHECKING:
     from pipelines.tracking import TrackerParams
 
-ATTR_COLS = ("yaw", "l", "w", "score", "cls", "src")   # det_attr's columns
+ATTR_COLS = ("yaw", "l", "w", "score", "cls", "src", "dt")   # det_attr's columns; dt: fired after the sweep's pose (s)
 UNOBSERVED_VAR = 1e4  # (m/s)^2: a velocity direction no sensor measured
 
 
@@ -49,6 +50,8 @@ class Knobs(NamedTuple):
     radar_x: float
     radar_y: float
     unobserved_var: float     # UNOBSERVED_VAR
+    sweep_spin: float         # s per turn, + counter-clockwise (0: no spin known, every box at the pose's time)
+    sweep_mid: float          # rad in base_link: the azimuth fired at the pose's time
 
     @classmethod
     def of(cls, p: "TrackerParams") -> "Knobs":
@@ -57,14 +60,15 @@ class Knobs(NamedTuple):
                    float(p.steady_max_speed), p.accel_std ** 2, p.lidar_pos_std ** 2, p.radar_pos_std ** 2,
                    p.doppler_std ** 2, p.init_vel_std ** 2, float(p.gate_chi2), float(p.doppler_gate_chi2),
                    float(p.gate_m), float(p.birth_score), float(p.birth_margin), float(p.radar_still_speed),
-                   float(p.max_dt), float(p.radar_xy[0]), float(p.radar_xy[1]), UNOBSERVED_VAR)
+                   float(p.max_dt), float(p.radar_xy[0]), float(p.radar_xy[1]), UNOBSERVED_VAR,
+                   float(p.sweep_spin), float(p.sweep_mid))
 
 
 # The kernels unpack rows column by column in the schema's order (TorchScript reads no dicts): a
 # reordered schema must stop the import rather than shuffle columns silently.
 assert schema.TRACK_COLS == ("id", "cls", "x", "y", "vx", "vy", "yaw", "l", "w", "score", "age", "misses")
 assert schema.ODOM_COLS == ("x", "y", "yaw", "vx", "yaw_rate", "t")
-assert ATTR_COLS == ("yaw", "l", "w", "score", "cls", "src")
+assert ATTR_COLS == ("yaw", "l", "w", "score", "cls", "src", "dt")
 
 
 def _rot(yaw: Tensor) -> Tensor:
@@ -110,9 +114,13 @@ def _rows_matmul(a: Tensor, b: Tensor, n_all: int) -> Tensor:
 
 
 @kernel
-def to_map(fused: Tensor, fused_count: Tensor, odom: Tensor, radar_xy: Tensor, k: Knobs,
+def to_map(fused: Tensor, fused_count: Tensor, odom: Tensor, radar_lag: Tensor, radar_xy: Tensor, k: Knobs,
             det_z: Tensor, det_R: Tensor, det_attr: Tensor) -> None:
-    """``detections_to_map``'s body: positions, Doppler velocities and their covariances in the map frame."""
+    """``detections_to_map``'s body: positions, Doppler velocities and their covariances in the map frame.
+
+    ``odom`` is the ego pose at the sweep's instant; a LiDAR box was fired ``dt`` later (``sweep_spin``: the
+    sensor's turn, ``sweep_mid``: the azimuth fired at that instant), a radar-only object ``radar_lag``
+    later, and each is placed with the pose then."""
     # Rows past the count are all alike (computed from a zero row): the leading live rows plus one
     # such row are computed (all rows on CUDA: ``live_rows``), and that row is copied to the rest.
     n_all = fused.shape[0]
@@ -135,12 +143,18 @@ def to_map(fused: Tensor, fused_count: Tensor, odom: Tensor, radar_xy: Tensor, k
                         k.unobserved_var * eye)
     lidar = (src.long() & 1) > 0   # SRC_LIDAR
     pos_var = torch.where(lidar, k.lidar_var, k.radar_var)
-    det_z[:m, :2] = torch.where(live, _rows_matmul(pos, rot.T, n_all) + odom[0:2], 0.0)
+    # The ego's pose when the beam crossed each box: dt after the sweep's pose, along the same arc.
+    az = wrap_angle(torch.atan2(y, x) - k.sweep_mid)
+    fired = torch.where(live[:, 0], torch.where(lidar, k.sweep_spin * az / (2.0 * math.pi), radar_lag[0]), 0.0)
+    yaw_j, mid_j = yaw + rate * fired, yaw + 0.5 * rate * fired
+    cj, sj = torch.cos(yaw_j), torch.sin(yaw_j)
+    det_z[:m, 0] = torch.where(live[:, 0], cj * x - sj * y + odom[0] + odom[3] * fired * torch.cos(mid_j), 0.0)
+    det_z[:m, 1] = torch.where(live[:, 0], sj * x + cj * y + odom[1] + odom[3] * fired * torch.sin(mid_j), 0.0)
     det_z[:m, 2:] = torch.where(live & has_vr[:, None], u_map * vr[:, None], 0.0)
     det_R[:m].zero_()
     det_R[:m, :2, :2] = pos_var[:, None, None] * eye
     det_R[:m, 2:, 2:] = r_vel
-    det_attr[:m] = torch.stack([wrap_angle(yaw_f + yaw), l, w, score, cls, src], 1)
+    det_attr[:m] = torch.stack([wrap_angle(yaw_f + yaw_j), l, w, score, cls, src, fired], 1)
     if m < n_all:
         det_z[m:] = det_z[m - 1]
         det_R[m:] = det_R[m - 1]
@@ -148,15 +162,12 @@ def to_map(fused: Tensor, fused_count: Tensor, odom: Tensor, radar_xy: Tensor, k
 
 
 @kernel
-def predict(tracks: Tensor, cov: Tensor, odom: Tensor, last_t: Tensor, k: Knobs,
+def predict(tracks: Tensor, cov: Tensor, pose: Tensor, last_t: Tensor, k: Knobs,
              pred_x: Tensor, pred_P: Tensor) -> None:
-    """``kf_predict``'s body: constant velocity over the odometry's elapsed time."""
-    dt = torch.nan_to_num(odom[5] - last_t[0], nan=0.0).clamp(0.0, k.max_dt)
-    eye2 = torch.eye(2, dtype=torch.float64, device=odom.device)
-    f = torch.eye(4, dtype=torch.float64, device=odom.device)
-    f[:2, 2:] = dt * eye2
-    qm = torch.cat([torch.cat([dt ** 3 / 3 * eye2, dt ** 2 / 2 * eye2], 1),
-                    torch.cat([dt ** 2 / 2 * eye2, dt * eye2], 1)]) * k.q
+    """``kf_predict``'s body: constant velocity from the tracks' time to the sweep's (``pose[5]``; earlier
+    than the tracks' when the previous job's odometry was newer than this sweep)."""
+    dt = torch.nan_to_num(pose[5] - last_t[0], nan=0.0).clamp(-k.max_dt, k.max_dt)
+    f, qm = transition(dt, k.q)
     x = tracks[:, 2:6].double()   # x, y, vx, vy
     pred_x.copy_(x @ f.T)
     pred_P.copy_(f @ cov.double() @ f.T + qm)
@@ -170,7 +181,9 @@ def _gated_block(pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor, t
     # Residual y and position covariance S = P_pp + R_p entry by entry as (T, D) planes: the same sums
     # as on the (T, D, 2, 2) blocks, without their strided reads.
     z, r = det_z[:nd].double(), det_R[:nd].double()
-    y0, y1 = z[None, :, 0] - px[:, None, 0], z[None, :, 1] - px[:, None, 1]
+    fired = det_attr[:nd, 6].double()[None, :]   # each detection against the track where it was then
+    y0 = z[None, :, 0] - (px[:, None, 0] + px[:, None, 2] * fired)
+    y1 = z[None, :, 1] - (px[:, None, 1] + px[:, None, 3] * fired)
     a, b = pp[:, None, 0, 0] + r[None, :, 0, 0], pp[:, None, 0, 1] + r[None, :, 0, 1]
     c, d = pp[:, None, 1, 0] + r[None, :, 1, 0], pp[:, None, 1, 1] + r[None, :, 1, 1]
     det = (a * d - b * c).clamp(min=1e-12)
@@ -239,10 +252,12 @@ def _through_last(mask: Tensor) -> int:
 
 @kernel
 def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Tensor, odom: Tensor,
-            pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor, det_attr: Tensor, fused_count: Tensor,
-            assignment: Tensor, k: Knobs, tracks: Tensor, track_cov: Tensor, track_hits: Tensor,
-            track_count: Tensor, next_id: Tensor, last_t: Tensor, confirmed_count: Tensor) -> None:
-    """``kf_update``'s body: Kalman update of matched tracks, track life, births, compaction."""
+            pose: Tensor, now: Tensor, pred_x: Tensor, pred_P: Tensor, det_z: Tensor, det_R: Tensor,
+            det_attr: Tensor, fused_count: Tensor, assignment: Tensor, k: Knobs, tracks: Tensor,
+            track_cov: Tensor, track_hits: Tensor, track_count: Tensor, next_id: Tensor, last_t: Tensor,
+            confirmed_count: Tensor) -> None:
+    """``kf_update``'s body: Kalman update of matched tracks at the sweep's time, track life, births,
+    every track then predicted to ``now`` (the odometry's stamp), compaction."""
     f64 = torch.float64
     mt, nd = tracks_in.shape[0], det_z.shape[0]   # MAX_TRACKS, MAX_FUSED
     # Slots past the track count are dead and dropped: only the leading nt tracks are computed (all of
@@ -256,6 +271,8 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     matched = (assignment >= 0) & alive_in
     j = assignment.clamp(min=0)
     z, r, at = det_z[j].double(), det_R[j].double(), det_attr[j]
+    # a box fired dt after the sweep's instant: its position brought back along the track's velocity
+    z[:, :2] = z[:, :2] - at[:, 6, None].double() * pred_x[:, 2:]
     # A Doppler far off the track's predicted velocity belongs to something else (clutter beside
     # the object, a neighbour's cluster): one such update would halve a truck's speed. Its
     # velocity rows then count as unobserved; the position still updates.
@@ -273,7 +290,7 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     p_new = torch.where(matched[:, None, None], p_upd, pred_P)
 
     t_id, t_cls, _x, _y, _vx, _vy, t_yaw, t_l, t_w, t_score, t_age, t_misses = tracks_in.unbind(1)
-    a_yaw, a_l, a_w, a_score, a_cls, a_src = at.unbind(1)
+    a_yaw, a_l, a_w, a_score, a_cls, a_src, _a_dt = at.unbind(1)
     hits = hits_in + matched.int()
     misses = torch.where(matched, 0.0, t_misses + 1)
     confirmed = hits >= k.confirm_hits
@@ -288,7 +305,10 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     lidar, camera = matched & ((src & 1) > 0), matched & ((src & 4) > 0)   # SRC_LIDAR, SRC_CAMERA
     yaw = torch.where(speed > 1.0, torch.atan2(x_new[:, 3], x_new[:, 2]).float(),
                       torch.where(lidar, a_yaw, t_yaw))
-    xf = x_new.float()
+    # From the sweep's instant to the output's: what prediction and planning read is the present.
+    f_out, q_out = transition(now[0] - pose[5], k.q)
+    xf = (x_new @ f_out.T).float()
+    p_new = f_out @ p_new @ f_out.T + q_out
     old = torch.stack([
         t_id, torch.where(camera, a_cls, t_cls), xf[:, 0], xf[:, 1], xf[:, 2], xf[:, 3], yaw,
         torch.where(lidar, 0.7 * t_l + 0.3 * a_l, t_l),
@@ -314,19 +334,21 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     if odom.device.type == "cpu":
         nb = _through_last(born)
         born, dz, dr, da = born[:nb], dz[:nb], dr[:nb], da[:nb]
-    d_yaw, d_l, d_w, d_score, d_cls, _d_src = da.unbind(1)
+    d_yaw, d_l, d_w, d_score, d_cls, _d_src, d_dt = da.unbind(1)
     rank = torch.cumsum(born.int(), 0) - 1
     ids = (next_id_in[0] + rank).float()
     zb, rb = dz.double(), dr.double()
     # Velocity prior N(0, sv^2 I) fused with the Doppler measurement (information form).
     r_vel_inv = torch.linalg.inv_ex(rb[:, 2:, 2:])[0]
     p_vel = torch.linalg.inv_ex(r_vel_inv + eye4[:2, :2] / k.init_vel_var)[0]
-    v0 = (p_vel @ r_vel_inv @ zb[:, 2:, None])[:, :, 0].float()
+    v0 = (p_vel @ r_vel_inv @ zb[:, 2:, None])[:, :, 0]
     p0 = torch.zeros([nb, 4, 4], dtype=f64, device=odom.device)
     p0[:, :2, :2] = rb[:, :2, :2]
     p0[:, 2:, 2:] = p_vel
+    x0 = (torch.cat([zb[:, :2] - d_dt[:, None].double() * v0, v0], 1) @ f_out.T).float()
+    p0 = f_out @ p0 @ f_out.T + q_out
     one = torch.ones_like(ids)
-    new = torch.stack([ids, d_cls, dz[:, 0], dz[:, 1], v0[:, 0], v0[:, 1], d_yaw, d_l, d_w, d_score,
+    new = torch.stack([ids, d_cls, x0[:, 0], x0[:, 1], x0[:, 2], x0[:, 3], d_yaw, d_l, d_w, d_score,
                        one, 0 * one], dim=1)
 
     # Compact: confirmed first, then tentative, each by id; newborns (largest ids) overflow first.
@@ -350,4 +372,4 @@ def update(tracks_in: Tensor, hits_in: Tensor, count_in: Tensor, next_id_in: Ten
     confirmed_count.copy_((live & (all_hits[order] >= k.confirm_hits)).sum().view(1))
     slots = (mt - keep_old.sum()).clamp(min=0)
     next_id.copy_(next_id_in + torch.minimum(born.sum(), slots))
-    last_t.copy_(odom[5:6])
+    last_t.copy_(now)

@@ -27,6 +27,7 @@ OBJECTS = [(30.0, 0.0, 14.0, 0.0, 4.5, 1.9, "lrc", ()),            # car ahead, 
            (80.0, 0.0, 5.0, 0.0, 4.0, 1.8, "r", ()),               # radar only, moving: a radar-only track
            (40.0, 9.0, 0.0, 0.0, 0.5, 0.5, "r", ())]               # radar only, still: ignored
 FRAMES, DT = 24, 0.1
+SWEEP_AGE = 0.12   # s: the odometry a fusion job reads is this much newer than the sweep its boxes come from
 
 
 def to_base(x: float, y: float, ego: tuple[float, float, float]) -> tuple[float, float]:
@@ -71,7 +72,8 @@ def frame(k: int, g: torch.Generator) -> dict[str, torch.Tensor]:
     n = lambda rows: torch.tensor([len(rows)], dtype=torch.int32)  # noqa: E731
     return {"boxes": b, "box_count": n(boxes), "radar_objects": r, "radar_object_count": n(radar),
             "camera_boxes": c, "camera_box_count": n(cams),
-            "odom": torch.tensor([*ego, 10.0, 0.02, t], dtype=torch.float64)}
+            "odom": torch.tensor([*ego, 10.0, 0.02, t], dtype=torch.float64),
+            **tracking.stamps(round(t * 1e9), round((t - SWEEP_AGE) * 1e9), round((t - 0.01) * 1e9))}
 
 
 def fresh(out: dict[str, torch.Tensor], *names: str) -> list[torch.Tensor]:
@@ -108,10 +110,15 @@ def test_fusion_tracking_kernels_write_what_their_python_bodies_write() -> None:
         fusion._fuse_camera.py(out["lr_objects"], out["lr_count"], job["camera_boxes"], job["camera_box_count"],
                                *fu, rot, trans, CAM.fx, CAM.fy, CAM.cx, CAM.cy, CAM.width, CAM.height,
                                FP.near_m, FP.iou_gate, FP.camera_miss_scale)
+        pose = fresh(out, "ego_at_sweep", "track_now", "radar_lag")
+        stamp = {n: int(job[n + ".meta"][4]) for n in ("odom", "boxes", "radar_objects")}
+        kernels.sweep_pose.py(job["odom"], True, True, (stamp["boxes"] - stamp["odom"]) * 1e-9, stamp["boxes"] * 1e-9,
+                              (stamp["radar_objects"] - stamp["boxes"]) * 1e-9, TP.sweep_offset, TP.max_dt,
+                              *pose)
         det = fresh(out, "det_z", "det_R", "det_attr")
-        kernels.to_map.py(out["fused"], out["fused_count"], job["odom"], radar_xy, k, *det)
+        kernels.to_map.py(out["fused"], out["fused_count"], out["ego_at_sweep"], out["radar_lag"], radar_xy, k, *det)
         pred = fresh(out, "pred_x", "pred_P")
-        kernels.predict.py(job["tracks_in"], job["track_cov_in"], job["odom"], job["last_t_in"], k, *pred)
+        kernels.predict.py(job["tracks_in"], job["track_cov_in"], out["ego_at_sweep"], job["last_t_in"], k, *pred)
         assoc_in = (out["pred_x"], out["pred_P"], out["det_z"], out["det_R"], job["track_count_in"],
                     out["fused_count"], out["det_attr"])
         hungarian = hungarian_assign(kernels.gated_cost(*assoc_in, k))
@@ -121,9 +128,10 @@ def test_fusion_tracking_kernels_write_what_their_python_bodies_write() -> None:
         names = ("tracks", "track_cov", "track_hits", "track_count", "next_id", "last_t", "confirmed_count")
         upd = fresh(out, *names)
         kernels.update.py(job["tracks_in"], job["track_hits_in"], job["track_count_in"], job["next_id_in"],
-                            job["odom"], out["pred_x"], out["pred_P"], out["det_z"], out["det_R"], out["det_attr"],
+                            job["odom"], out["ego_at_sweep"], out["track_now"], out["pred_x"], out["pred_P"], out["det_z"], out["det_R"], out["det_attr"],
                             out["fused_count"], out["assignment"], k, *upd)
-        want.update(zip(("fused", "fused_count", "det_z", "det_R", "det_attr", "pred_x", "pred_P"), fu + det + pred))
+        want.update(zip(("fused", "fused_count", "ego_at_sweep", "track_now", "radar_lag", "det_z", "det_R", "det_attr", "pred_x",
+                         "pred_P"), fu + pose + det + pred))
         want.update(zip(names, upd), assignment=hungarian)
         assert [n for n in out if not same_bits(want[n], out[n])] == [], f"frame {i}"
         assert same_bits(greedy_py, greedy), f"frame {i}"

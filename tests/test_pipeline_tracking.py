@@ -7,7 +7,7 @@ import torch
 from pipelines import schema
 from pipelines.fusion import F, SRC_LIDAR, SRC_RADAR
 from pipelines.tracking import (STATE_FEEDBACK, TrackerParams, build_fusion_tracking_graph, build_tracking_graph,
-                                initial_tracker_state, tracker_feedback)
+                                initial_tracker_state, stamps, tracker_feedback)
 from rt_runtime.exec import GraphExecutor
 
 T = {c: i for i, c in enumerate(schema.TRACK_COLS)}
@@ -179,7 +179,7 @@ def test_fusion_and_tracking_as_one_graph():
         out = ex.run({"boxes": boxes, "box_count": one(1), "radar_objects": radar, "radar_object_count": one(1),
                       "camera_boxes": torch.zeros(schema.MAX_CAMERA_BOXES, len(schema.CAM_COLS)),
                       "camera_box_count": one(0), "odom": torch.tensor([0, 0, 0, 0, 0, k * DT], dtype=torch.float64),
-                      **state})
+                      **stamps(round(k * DT * 1e9), round(k * DT * 1e9)), **state})
         state = tracker_feedback(out)
     assert int(out["confirmed_count"]) == 1 and int(out["track_count"]) == 1  # radar cluster merged into the box
     assert ex.pools  # planned statically
@@ -278,7 +278,8 @@ def test_a_far_pedestrian_the_camera_misses_is_tracked_after_m_hits():
         boxes[0] = torch.tensor([45.0 - 1.3 * k * DT, 6.0, 0.85, 0.6, 0.6, 1.7, 0.0, 8 / (8 + 15)])
         out = ex.run({"boxes": boxes, "box_count": one(1), "radar_objects": torch.zeros(schema.MAX_RADAR_OBJECTS, 8),
                       "radar_object_count": one(0), "camera_boxes": camera, "camera_box_count": one(1),
-                      "odom": torch.tensor([0, 0, 0, 0, 0, k * DT], dtype=torch.float64), **state})
+                      "odom": torch.tensor([0, 0, 0, 0, 0, k * DT], dtype=torch.float64),
+                      **stamps(round(k * DT * 1e9), round(k * DT * 1e9)), **state})
         state = tracker_feedback(out)
         counts.append((int(out["track_count"]), int(out["confirmed_count"])))
     assert counts == [(1, 0), (1, 0), (1, 1)]
