@@ -189,6 +189,38 @@ def _boxes_op(p: LidarParams, dev: torch.device, theta: torch.Tensor, fine: torc
               deterministic=dev.type == "cpu")
 
 
+# What the ground under a box can be, relative to the sensor, for ``box_bounds``: the sensor at most
+# MAX_MOUNT_HEIGHT above the road (a truck's roof), the road rising or falling at most MAX_GRADE
+# (m per m) across the window; steeper is a wall or a ramp, not a road (roads' design limits: 10-12 %).
+MAX_MOUNT_HEIGHT = 5.0
+MAX_GRADE = 0.12
+
+
+def box_bounds(**params: object) -> dict[int, tuple[float, float]]:
+    """Each ``boxes`` column's bounds (``schema.BOX_COLS``) that the detector built with ``params`` cannot
+    leave: the output invariant of its task, derived from its own args (docs/SAFETY.md, "Output invariants").
+
+    A box is a cluster of voxels inside the square window (``range_m`` around the sensor), completed
+    to at most ``max_length`` x ``max_width`` (longer ones score 0 and are not output), so its centre is
+    within half that box's diagonal of the window; the mount turns it into ``base_link``. Sizes and
+    heights are the plausibility rule's; the yaw is defined modulo pi, in [-pi/2, pi/2); the score is
+    n / (n + half_score_points). A box outside these is not a far object: the detector never looks there.
+    """
+    p = LidarParams(**params)  # type: ignore[arg-type]
+    mx, my, mz, myaw = (float(v) for v in p.mount)
+    reach = p.range_m + 0.5 * math.hypot(p.max_length, p.max_width)   # sensor frame, per axis
+    spread = reach * (abs(math.cos(myaw)) + abs(math.sin(myaw)))       # a rotated square's half-width
+    slope = MAX_GRADE * reach * math.sqrt(2.0)                         # the ground at the window's corner
+
+    def r(v: float) -> float:
+        return round(v, 2)
+
+    return {0: (r(mx - spread - 0.005), r(mx + spread + 0.005)), 1: (r(my - spread - 0.005), r(my + spread + 0.005)),
+            2: (r(mz - MAX_MOUNT_HEIGHT - slope - 0.005), r(mz + slope + p.max_object_height + 0.005)),
+            3: (0.0, p.max_length), 4: (0.0, p.max_width), 5: (p.min_height, p.max_object_height),
+            6: (-1.5708, 1.5708), 7: (0.0, 1.0)}
+
+
 def build_lidar_graph(device: str = "cpu", static: bool | None = None, **params: object) -> Graph:
     """The LiDAR detector: ``points`` (N<=131072, 4) in base_link → ``boxes`` (MAX_BOXES, 8) + ``box_count``.
 
