@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 export ROS_AUTOMATIC_DISCOVERY_RANGE := LOCALHOST
 export ROS_DOMAIN_ID ?= 42
 
-.PHONY: install demo test bench clean crunch
+.PHONY: install demo test test-stress bench clean crunch
 
 install: $(STAMP) crunch
 
@@ -31,6 +31,11 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# The wall-clock and ROS tests, 10 runs beside a CPU hog: passes/runs per test.
+# Other runs: make test-stress STRESS="--runs 3 --hogs 2 -k ros_e2e" (bench/stress.py --help).
+test-stress: install
+	$(PY) bench/stress.py $(STRESS)
 
 bench: install
 	@set -e; for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f; done

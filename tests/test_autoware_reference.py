@@ -71,6 +71,7 @@ def test_kpis_the_reference_way_on_a_made_up_history() -> None:
     assert k["bp_period_ms"]["max_abs_dev_from_100"] == 0.0
 
 
+@pytest.mark.wallclock
 @pytest.mark.timeout(120)
 def test_a_short_run_on_the_wall_clock_gives_well_formed_kpis(lib) -> None:
     p = subprocess.run([sys.executable, str(EX / "run.py"), "--duration", "3", "--json", "--crunch-ms", "1"],

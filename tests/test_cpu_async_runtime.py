@@ -53,6 +53,7 @@ def test_a_job_ends_when_its_device_work_ends(twin) -> None:
     assert torch.equal(out["y"], torch.full((4,), 7.0))   # without the completion wait: zeros
 
 
+@pytest.mark.wallclock
 def test_per_op_times_are_device_times_not_launch_times(twin) -> None:
     ex = GraphExecutor(slow_affine("g", 0.03), twin)
     ex.run({"x": torch.zeros(4)})

@@ -109,6 +109,7 @@ def test_an_error_in_launched_work_is_sticky_and_raised_at_synchronize(twin):
         twin.synchronize(s)
 
 
+@pytest.mark.wallclock
 def test_events_time_the_work_between_them(twin):
     s = twin.stream()
     start, end = AsyncEvent(), AsyncEvent()

@@ -139,6 +139,7 @@ def test_the_cpu_device_keeps_no_events_and_no_egress_queue() -> None:
         assert ch.dev is None and all(s.event is None and s.ready is None for s in ch.slots)
 
 
+@pytest.mark.wallclock
 def test_threaded_egress_is_called_outside_the_scheduler_lock_in_publish_order(twin) -> None:
     x, y = X, Y
 

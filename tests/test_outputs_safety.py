@@ -147,6 +147,7 @@ def interrupted(inputs, tmp_path_factory):
     return d, p.returncode, out, own_lines(err)
 
 
+@pytest.mark.wallclock
 @pytest.mark.timeout(120)
 def test_sigint_keeps_a_readable_partial_bag_and_trace(interrupted):
     d, rc, out, err = interrupted
@@ -186,6 +187,7 @@ def test_analyze_refuses_its_inputs_and_existing_files(interrupted, inputs, tmp_
     assert sorted(os.listdir(tmp_path)) == ["p.json"] and digests(trace, cfg) == before
 
 
+@pytest.mark.wallclock
 @pytest.mark.timeout(120)
 def test_sigterm_keeps_a_readable_partial_bag(inputs, tmp_path):
     bag, cfg = inputs
@@ -240,6 +242,7 @@ def test_a_replay_failing_mid_run_leaves_nothing_and_a_rerun_works(inputs, tmp_p
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.wallclock
 @pytest.mark.timeout(120)
 def test_sim_sigint_keeps_a_partial_bag_and_force_replaces_it(tmp_path):
     p = start("sim", "s", "--seconds", "20", "--workers", "1", cwd=tmp_path, staged=tmp_path / "s")

@@ -135,6 +135,7 @@ def test_budget_timed_replays_equal_reference(reference, short_bag, tight_config
     assert next(t for t in result.hardware["tasks"] if t["name"] == STARVED)["overruns"] > 0
 
 
+@pytest.mark.wallclock
 def test_measured_timing_lets_this_machine_change_the_outputs(reference, short_bag, tight_config):  # noqa: F811
     """The same config under measured timing: every lidar job overruns here and skips its output."""
     doc, _ = reference
@@ -149,6 +150,7 @@ def roomy_reference(short_bag, roomy_config):  # noqa: F811
     return replay(short_bag, load_stack(roomy_config))
 
 
+@pytest.mark.wallclock
 @pytest.mark.parametrize("workers, hog", [(1, True), (2, False)], ids=["speed1-hog", "speed1-threads2"])
 def test_wall_clock_replays_equal_the_virtual_one(roomy_reference, short_bag, roomy_config, tmp_path,  # noqa: F811
                                                   workers, hog):
@@ -195,12 +197,14 @@ def test_a_logical_miss_is_deterministic_but_not_clean(short_bag, tmp_path):  # 
     assert again.output_digest == doc["output_digest"] and again.stats["planning"]["missed"] > 0
 
 
+@pytest.mark.wallclock
 def test_a_measured_miss_breaks_the_claim(short_bag, tmp_path):  # noqa: F811
     proc = run_cli("replay", str(short_bag), "--config", str(tight_planning(tmp_path)), "--timing", "measured")
     assert proc.returncode == 0, proc.stderr
     assert "NOT deterministic" in proc.stdout and "planning" in proc.stdout and "not clean" in proc.stdout
 
 
+@pytest.mark.wallclock
 def test_a_deterministic_error_is_not_a_timing_fault(short_bag, tmp_path):  # noqa: F811
     """Every camera frame fails in an op: counted as errors, the run stays deterministic, it is not clean."""
     def edit(task: dict) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from rt_runtime.core import Graph, Op, Task, TensorSpec
@@ -108,6 +109,7 @@ def same_until_first_fault(out: list[tuple], rt: Runtime, ref: list[tuple]) -> N
         assert [m for m in out if m[1] < cut] == [m for m in ref if m[1] < cut]
 
 
+@pytest.mark.wallclock
 def test_outputs_are_identical_with_one_or_two_workers_and_any_execution_time() -> None:
     ref, rt = run(1, cost=declared_cost)
     assert rt.deterministic and len(ref) > 40
@@ -119,6 +121,7 @@ def test_outputs_are_identical_with_one_or_two_workers_and_any_execution_time() 
     same_until_first_fault(*run(2, cost=cpu_time_cost), ref)
 
 
+@pytest.mark.wallclock
 def test_cpu_time_cost_does_not_count_time_the_op_spends_off_the_cpu() -> None:
     x, y = TensorSpec("x", (1,), "float32"), TensorSpec("y", (1,), "float32")
     nap = Graph("nap", [Op("nap", lambda a, o: (time.sleep(0.03), o.copy_(a)), (x,), (y,))], [x], ["y"])
@@ -130,6 +133,7 @@ def test_cpu_time_cost_does_not_count_time_the_op_spends_off_the_cpu() -> None:
         assert (rt.stats()["T"]["missed"] > 0) is missed
 
 
+@pytest.mark.wallclock
 def test_live_run_on_two_worker_threads_matches_the_virtual_replay() -> None:
     ref, _ = run(1, cost=declared_cost)
     live, rt = run(2, clock=WallClock())
