@@ -75,3 +75,29 @@ def test_placed_at_the_odometrys_instant_a_still_object_runs_ahead_by_speed_time
     where, _ = track_errors(sweep_offset=READ_AFTER)
     assert where.min() > 0.5 * SPEED * (READ_AFTER - PERIOD), where
 
+
+
+def test_without_odometry_the_sweeps_stamps_are_the_time_and_a_passing_object_is_tracked():
+    """A perception-only stack (a bag with no odometry: ``odom`` optional, never written): a parked car
+    passes at 20 m/s in base_link, 2 m per sweep. With no time between sweeps (before) its track never
+    saw a second hit inside the gate and was never confirmed: no /perception/objects on a real drive."""
+    ex = GraphExecutor(build_fusion_tracking_graph(tracker=TrackerParams(**SIM)))
+    state = initial_tracker_state()
+    one = lambda v: torch.tensor([v], dtype=torch.int32)  # noqa: E731
+    never = torch.tensor([0, -1, 0, 1, 0], dtype=torch.int64)   # an optional input's default: seq -1, stale
+    for k in range(8):
+        boxes = torch.zeros(schema.MAX_BOXES, len(schema.BOX_COLS))
+        boxes[0] = torch.tensor([40.0 - SPEED * (k * PERIOD + fired(40.0 - SPEED * k * PERIOD, 5.0)), 5.0, 0.75,
+                                 4.5, 1.9, 1.5, 0.0, 0.8])
+        meta = stamps(0, round(k * PERIOD * 1e9))
+        out = ex.run({"boxes": boxes, "box_count": one(1),
+                      "radar_objects": torch.zeros(schema.MAX_RADAR_OBJECTS, len(schema.RADAR_OBJ_COLS)),
+                      "radar_object_count": one(0),
+                      "camera_boxes": torch.zeros(schema.MAX_CAMERA_BOXES, len(schema.CAM_COLS)),
+                      "camera_box_count": one(0), "odom": torch.zeros(6, dtype=torch.float64),
+                      **meta, "odom.meta": never, **state})
+        state = tracker_feedback(out)
+    assert int(out["confirmed_count"]) == 1
+    track = out["tracks"][0].double()
+    assert float(track[4]) == pytest.approx(-SPEED, abs=0.5) and abs(float(track[5])) < 0.5   # relative velocity
+    assert float(out["last_t"][0]) == pytest.approx(7 * PERIOD + SIM["sweep_offset"])    # the sweep's instant
