@@ -87,6 +87,7 @@ def test_explicit_config_that_cannot_be_read_is_a_usage_error(hog_trace: Path, t
     assert "nope.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.wallclock
 def test_analyze_agrees_with_the_replay_summary(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A 2 s replay of the reference stack: jobs, misses and response p50/p99/max must match its summary."""
     import dataclasses
@@ -125,7 +126,7 @@ def test_analyze_agrees_with_the_replay_summary(tmp_path: Path, capsys: pytest.C
     assert len([m for m in doc["misses"] if m["missed"]]) == result.misses
     assert {c["name"] for c in doc["chains"]} == {"lidar_to_plan", "fusion_to_plan"}   # from the config the trace names
     assert doc["chains"][0]["outputs"] > 0
-    assert time.perf_counter() - t0 < 30
+    assert time.perf_counter() - t0 < 150   # 14 s beside a CPU hog here
     assert doc["rta"]["policy"] == "edf" and "verdict" in doc["rta"]
     # How each task's graph ran: on the CPU nothing is captured, every job runs eagerly, none "falls back".
     graphs = doc["graphs"]

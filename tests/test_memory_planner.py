@@ -198,6 +198,7 @@ def test_alias_errors(bufs: list[Buffer], match: str) -> None:
         plan_buffers(bufs)
 
 
+@pytest.mark.wallclock
 def test_ten_thousand_buffers_is_fast() -> None:
     rng = np.random.default_rng(0)
     n = 10_000
@@ -209,7 +210,8 @@ def test_ten_thousand_buffers_is_fast() -> None:
     plan = plan_offsets(bufs)
     elapsed = time.perf_counter() - t0
     assert plan.lower_bound <= plan.total_bytes
-    assert elapsed < 3.0, f"planning 10,000 buffers took {elapsed:.2f} s"  # ~0.4 s; slack for CI
+    # ~0.4 s here, 1.5 s beside a CPU hog; a quadratic planner would take minutes.
+    assert elapsed < 20.0, f"planning 10,000 buffers took {elapsed:.2f} s"
 
 
 # --- lifetimes ---------------------------------------------------------------------------------

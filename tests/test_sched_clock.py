@@ -1,24 +1,31 @@
-"""Clocks: virtual time jumps; wall time sleeps to an instant (sanity bounds only: speed is benched)."""
+"""Clocks: virtual time jumps; wall time sleeps to an instant (sanity bounds only: speed is benched).
+
+On the wall clock a shared machine may wake any one thread late: exact claims hold for every sample
+(never before the instant, releases on the grid, a late job counted missed), the "soon after" bound
+for the median only, and a single-sample bound is far from the value it tells apart.
+"""
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
 import torch
 
 from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.sched import EventKind, RecordingSink, Runtime, TaskBinding, VirtualClock, WallClock
 from rt_runtime.sched import measure_overshoot
 
+pytestmark = pytest.mark.wallclock
 MS = 1_000_000
-SANE = 50 * MS   # no timed assertion is tighter than this: CI machines are shared
+SANE = 50 * MS   # no timed assertion is tighter than this, and it bounds a median: CI machines are shared
 
 
 def test_virtual_clock_jumps_and_never_goes_back() -> None:
     c = VirtualClock()
     t0 = time.perf_counter()
-    c.sleep_until(10**15)          # eleven days of virtual time, at once
-    assert c.now() == 10**15 and time.perf_counter() - t0 < 0.1
+    c.sleep_until(10**15)          # eleven days of virtual time, at once (not even a second of real time)
+    assert c.now() == 10**15 and time.perf_counter() - t0 < 10
     c.sleep_until(5)
     c.advance(-3)
     assert c.now() == 10**15
@@ -28,8 +35,8 @@ def test_virtual_clock_jumps_and_never_goes_back() -> None:
 
 def test_wall_clock_wakes_at_the_instant_not_before_and_not_much_after() -> None:
     c = WallClock()
-    late = measure_overshoot(c, n=20, ahead_ns=2 * MS)
-    assert all(0 <= x < SANE for x in late)
+    late = sorted(measure_overshoot(c, n=20, ahead_ns=2 * MS))
+    assert late[0] >= 0 and late[len(late) // 2] < SANE
     assert c.now() >= 40 * MS and c.spin_margin_ns() > 0
 
 
@@ -58,9 +65,14 @@ def test_periodic_task_on_the_wall_clock_is_released_on_time() -> None:
     rt.run_until(200 * MS)
     starts = {e.job_index: e.t_ns for e in sink.of(EventKind.START, "p")}
     releases = {e.job_index: e.t_ns for e in sink.of(EventKind.RELEASE, "p")}
-    assert len(releases) == 21 and releases[20] == 200 * MS
-    assert all(0 <= starts[k] - releases[k] < SANE for k in starts)
-    assert rt.stats()["p"]["published"] == 20 and rt.now >= 200 * MS
+    finish = {e.job_index: e.t_ns for e in sink.of(EventKind.FINISH, "p")}
+    assert releases == {k: k * 10 * MS for k in range(21)} and rt.now >= 200 * MS
+    delays = sorted(starts[k] - releases[k] for k in starts)
+    assert delays[0] >= 0 and delays[len(delays) // 2] < SANE
+    # Every job of the 20 whose deadline has passed published, but one the machine made late: it missed.
+    late = [k for k in range(20) if k not in finish or finish[k] > releases[k] + 10 * MS]
+    st = rt.stats()["p"]
+    assert st["published"] == 20 - len(late) and st["missed"] == len(late) and len(late) < 20
 
 
 def test_message_pushed_from_another_thread_releases_a_triggered_task_inline() -> None:
@@ -76,6 +88,6 @@ def test_message_pushed_from_another_thread_releases_a_triggered_task_inline() -
         rt.push("/in", t, torch.ones(1))
 
     threading.Thread(target=sensor).start()
-    rt.run_until(300 * MS)
+    rt.run_until(1000 * MS)   # without the push's wake-up the runtime would sleep to the end
     rel, start = sink.of(EventKind.RELEASE, "e"), sink.of(EventKind.START, "e")
-    assert len(rel) == 1 and rel[0].t_ns == pushed[0] and 0 <= start[0].t_ns - pushed[0] < SANE
+    assert len(rel) == 1 and rel[0].t_ns == pushed[0] and 0 <= start[0].t_ns - pushed[0] < 10 * SANE

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from rt_runtime.core import Graph, Op, Task, TensorSpec
@@ -82,16 +83,18 @@ def test_a_task_never_runs_on_two_workers_at_once() -> None:
     assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
 
 
+@pytest.mark.wallclock
 def test_the_wall_clock_threads_take_jobs_too() -> None:
-    """Two worker threads, every task on worker 0 by hand: with steal, worker 1 runs some of them."""
+    """Two worker threads, every task on worker 0 by hand: with steal, worker 1 runs some of them. Periods
+    of 50 ms: a loaded machine may wake a worker late, by less than that."""
     from rt_runtime.sched import WallClock
 
-    bindings = [TaskBinding(Task(n, 10 * MS, 2 * MS, priority=k), steps(n.lower(), 2, 1), inputs={"x": "/in"},
+    bindings = [TaskBinding(Task(n, 50 * MS, 2 * MS, priority=k), steps(n.lower(), 2, 1), inputs={"x": "/in"},
                             outputs={"y": f"/{n}"}, worker=0) for k, n in enumerate("PQR")]
     sink = RecordingSink()
     rt = Runtime(bindings, clock=WallClock(), workers=2, threaded=True, realtime=False, steal=True, sink=sink)
     rt.push("/in", 0, torch.zeros(1))
-    rt.run_until(200 * MS)
+    rt.run_until(1000 * MS)
     rt.close()
     workers = {e.a for e in sink.of(EventKind.START)}
     assert workers == {0, 1} and sum(rt.stats()[n]["taken"] for n in "PQR") > 0

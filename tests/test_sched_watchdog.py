@@ -4,6 +4,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import torch
 
 from rt_runtime.core import Graph, Op, Task, TensorSpec
@@ -137,23 +138,27 @@ def test_overrun_is_stamped_when_the_budget_runs_out_and_reacted_to() -> None:
         assert rt.deterministic is published   # a reaction that changes the outputs is a timing fault
 
 
+@pytest.mark.wallclock
 def test_overrun_is_detected_while_the_op_still_runs_live() -> None:
-    x = Op("slow", lambda a, o: (time.sleep(0.08), o.copy_(a)), (X,), (Y,))
+    # A 10 ms budget and an op of 500 ms: the watchdog thread wakes when the budget is spent, and a
+    # loaded machine may wake it late by far less than the op has still to run.
+    x = Op("slow", lambda a, o: (time.sleep(0.5), o.copy_(a)), (X,), (Y,))
     sink = RecordingSink()
-    rt = Runtime([TaskBinding(Task("X", 500 * MS, 10 * MS, deadline_ns=300 * MS), Graph("g", [x], [X], ["y"]),
+    rt = Runtime([TaskBinding(Task("X", 2000 * MS, 10 * MS, deadline_ns=1500 * MS), Graph("g", [x], [X], ["y"]),
                               inputs={"x": "/x"}, outputs={"y": "/y"}, on_overrun="none")],
                  clock=WallClock(), threaded=True, realtime=False, sink=sink)
     try:
         rt.push("/x", 0, torch.zeros(1))
-        rt.run_until(150 * MS)
+        rt.run_until(1000 * MS)
     finally:
         rt.close()
     ov = sink.of(EventKind.OVERRUN, "X")
     op_start, op_end = sink.of(EventKind.OP_START, "X")[0].t_ns, sink.of(EventKind.OP_END, "X")[0].t_ns
     assert len(ov) == 1 and op_start + 10 * MS <= ov[0].t_ns < op_end      # before the op returned
-    assert ov[0].t_ns - op_start < 50 * MS
+    assert ov[0].t_ns - op_start < 250 * MS                                # in its first half
 
 
+@pytest.mark.wallclock
 def test_a_stalled_worker_is_reported_within_one_period_and_the_others_go_on() -> None:
     gate = threading.Event()
     calls: list[tuple[int, str, int, int]] = []
@@ -165,14 +170,16 @@ def test_a_stalled_worker_is_reported_within_one_period_and_the_others_go_on() -
 
     hang = Graph("hang", [Op("maybe_hang", maybe_hang, (X,), (Y,))], [X], ["y"])
     sink = RecordingSink()
-    rt = Runtime([TaskBinding(Task("S", 100 * MS, 10 * MS), hang, inputs={"x": "/x"}, outputs={"y": "/x"}, worker=0),
+    # S's second job hangs at 300 ms and is reported 150 ms into its op (half its deadline): a loaded
+    # machine may wake the watchdog thread late by far less than the rest of the period.
+    rt = Runtime([TaskBinding(Task("S", 300 * MS, 10 * MS), hang, inputs={"x": "/x"}, outputs={"y": "/x"}, worker=0),
                   TaskBinding(Task("F", 10 * MS, 2 * MS), counter("f"), inputs={"x": "/f"}, outputs={"y": "/f"},
                               worker=1)],
                  clock=WallClock(), workers=2, realtime=False, sink=sink, on_stall=lambda *a: calls.append(a))
     try:
         rt.push("/x", 0, torch.zeros(1))
         rt.push("/f", 0, torch.zeros(1))
-        rt.run_until(400 * MS)
+        rt.run_until(800 * MS)
         stalled = dict(rt.stalled_workers)
         published_f = rt.stats()["F"]["published"]
     finally:
@@ -181,7 +188,8 @@ def test_a_stalled_worker_is_reported_within_one_period_and_the_others_go_on() -
     st = sink.of(EventKind.STALL, "S")
     op_start = [e.t_ns for e in sink.of(EventKind.OP_START, "S")]   # the hung op's start is traced on return
     started = sink.of(EventKind.START, "S")[1].t_ns
-    assert len(st) == 1 and st[0].a == 0 and 0 in stalled and calls and calls[0][:3] == (0, "S", 1)
-    assert started <= st[0].t_ns <= started + 100 * MS + 20 * MS        # within one period (+ tolerance)
-    assert published_f >= 20                                           # worker 1 kept its 10 ms rhythm
+    on_s = [c for c in calls if c[1] == "S"]   # an op of F preempted for 5 ms on a loaded machine is one too
+    assert len(st) == 1 and st[0].a == 0 and 0 in stalled and on_s and on_s[0][:3] == (0, "S", 1)
+    assert started <= st[0].t_ns <= started + 300 * MS + 20 * MS        # within one period (+ tolerance)
+    assert published_f >= 40                                           # worker 1 kept its 10 ms rhythm (of 80)
     assert rt.stats()["S"]["stalls"] == 1 and rt.stats()["S"]["missed"] >= 1 and len(op_start) >= 1
