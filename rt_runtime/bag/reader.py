@@ -10,6 +10,7 @@ messages: they are skipped with one ``BagWarning`` per chunk, or yielded as ``Ba
 """
 from __future__ import annotations
 
+import struct
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -32,6 +33,10 @@ from .types import new_typestore
 # Damaged chunks already reported in this process (by text: bag and byte): a replay that reports one
 # is not followed by the same warning from each later reader of that bag (the quality measures).
 _DAMAGE_REPORTED: set[str] = set()
+
+# What the bag library's open raises on damaged bytes, besides its ReaderError: a file that ends right
+# after its magic (TypeError from ord(b'')), a cut record (struct.error), a missing index (AssertionError).
+_UNREADABLE = (ReaderError, OSError, KeyError, ValueError, TypeError, IndexError, AssertionError, struct.error)
 
 
 class BagMessage(NamedTuple):
@@ -75,7 +80,7 @@ class BagReader:
             try:
                 self._reader = Reader(target)
                 self._reader.open()
-            except (ReaderError, OSError, KeyError, ValueError) as e:
+            except _UNREADABLE as e:
                 self._reader = None
                 if isinstance(e, ReaderError) and about_metadata(e):
                     problem = metadata_syntax(self.path) or one_line(str(e))
@@ -120,7 +125,7 @@ class BagReader:
             try:
                 self._reader = Reader(files[0])
                 self._reader.open()
-            except (ReaderError, OSError, KeyError, ValueError) as e:
+            except _UNREADABLE as e:
                 self._reader = None
                 self._salvage(e)
         else:
@@ -134,13 +139,13 @@ class BagReader:
         files = [f for f in self.files if f.is_file()]
         if not files:
             raise BagError(f"bag {self.path}: cannot open: {error}") from None
+        # The bag library's own words where it has them; not the text of a TypeError from inside it.
+        said = f" (reader said: {error})" if isinstance(error, (ReaderError, OSError)) else ""
         for f in files:
             try:
                 s = salvage_mcap(f) if f.suffix == ".mcap" else salvage_sqlite(f)
-            except (ValueError, OSError) as e:
-                raise BagError(f"bag {self.path}: cannot read {f.name}: {e} (reader said: {error})") from None
-            except Exception as e:  # apsw raises its own hierarchy for unreadable files
-                raise BagError(f"bag {self.path}: cannot read {f.name}: {e} (reader said: {error})") from None
+            except Exception as e:  # noqa: BLE001 - ValueError, OSError, and apsw's own hierarchy for unreadable files
+                raise BagError(f"bag {self.path}: cannot read {f.name}: {e}{said}") from None
             self._salvaged.append(s)
         got = sum(len(s.entries) for s in self._salvaged)
         if not got and not any(s.topics for s in self._salvaged):

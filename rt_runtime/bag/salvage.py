@@ -141,6 +141,10 @@ def salvage_mcap(path: Path) -> Salvaged:
         buf.release()
         mm.close()
         raise ValueError(f"not an MCAP file: expected magic {MCAP_MAGIC.hex(' ')}, found {found}")
+    if size == len(MCAP_MAGIC):
+        buf.release()
+        mm.close()
+        raise ValueError("the file ends after its magic: no records")
     out.stopped_at = _McapScan(out).records(buf, 8, size, 0, top=True)
     if out.stopped_at >= size:
         out.reason = "end of file"

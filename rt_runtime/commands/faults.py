@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
 
 def run(args: argparse.Namespace) -> int:
     """Run the campaign and print the table (or JSON); 0 unless a run crashed."""
+    from ..bag import BagError
     from ..cli import UsageError
     from ..config import ConfigError
     from ..replay.defaults import default_bag, default_config
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = run_campaign(campaign, cfg, bag, progress=progress if tty else None)
-    except (ConfigError, ValueError) as e:
+    except (ConfigError, ValueError, BagError) as e:   # a bag that cannot be read: its own message names it
         raise UsageError(str(e)) from None
     if tty:
         print(file=sys.stderr)
