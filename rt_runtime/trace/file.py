@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -61,6 +61,70 @@ def save_trace(path: str | Path, cols: TraceColumns, meta: dict[str, Any]) -> No
 
 ZIP_MAGIC = b"PK\x03\x04"              # a trace is an npz: a zip archive of .npy arrays
 MAX_TRACE_BYTES = 4 * 1024 ** 3          # what the arrays may unpack to (about 90 million events)
+
+
+# The metadata keys a reader uses and the JSON shape of each (``StackRuntime.trace_meta``, a cut run's keys):
+# a type, a tuple of types, an integer _Range, [SHAPE] (a list), {str: SHAPE} (an object of any keys) or
+# {"key": SHAPE} (those keys, each optional). null stands for "not known" only where a scalar is expected.
+class _Range(NamedTuple):
+    lo: int
+    hi: int
+
+
+_NS, _ANY_INT, _NAMES = _Range(0, 2 ** 62), _Range(-2 ** 62, 2 ** 62), {str: [str]}
+META_SHAPES: dict[str, Any] = {
+    "config": str, "policy": str, "clock": str, "timing": str, "device": str, "bag": str, "interrupted": str,
+    "workers": _Range(1, 1024), "lost_events": _NS, "partial": bool, "live": bool, "bag_duration_s": (int, float),
+    "ops": _NAMES, "fallback_ops": _NAMES, "graphs": {str: {str: _NS}},
+    "tasks_config": {str: {"period_ns": _Range(1, 2 ** 62), "deadline_ns": _Range(1, 2 ** 62), "wcet_ns": _NS,
+                           "priority": (_ANY_INT, type(None)), "rank": _ANY_INT, "trigger": (str, type(None))}},
+}
+_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", type(None): "null"}
+
+
+def _misfit(value: Any, shape: Any, where: str) -> tuple[str, Any, Any] | None:
+    """The first place where ``value`` does not have ``shape``: (where, the shape, the value found) or None."""
+    if isinstance(shape, list):
+        if not isinstance(value, list):
+            return where, shape, value
+        return next((m for i, v in enumerate(value) if (m := _misfit(v, shape[0], f"{where}[{i}]"))), None)
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return where, shape, value
+        if str in shape:
+            return next((m for k, v in value.items() if (m := _misfit(v, shape[str], f"{where}[{k}]"))), None)
+        return next((m for k, v in value.items() if k in shape and (m := _misfit(v, shape[k], f"{where}.{k}"))),
+                    None)
+    if isinstance(shape, tuple) and not isinstance(shape, _Range):
+        fits = any(_misfit(value, s, where) is None for s in shape)
+        return None if fits else (where, shape, value)
+    if isinstance(value, bool) and shape is not bool:   # JSON true is no number here
+        return where, shape, value
+    if isinstance(shape, _Range):
+        return None if isinstance(value, int) and shape.lo <= value <= shape.hi else (where, shape, value)
+    return None if isinstance(value, shape) else (where, shape, value)
+
+
+def _describe(shape: Any) -> str:
+    """A shape in words: "an object (name -> a list of strings)"."""
+    if isinstance(shape, list):
+        return f"a list of {_describe(shape[0]).split(' ', 1)[1]}s"
+    if isinstance(shape, dict):
+        return f"an object (name -> {_describe(shape[str])})" if str in shape else \
+            f"an object with {', '.join(shape)}"
+    if isinstance(shape, _Range):
+        return f"an integer from {shape.lo} to {shape.hi}"
+    if isinstance(shape, tuple):
+        return " or ".join(_describe(s) for s in shape)
+    return _WORDS[shape]
+
+
+def _found(value: Any) -> str:
+    """What a JSON value is, and a short piece of it."""
+    kind = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    text = json.dumps(value)
+    return f"{kind} {text[:60]}{'…' if len(text) > 60 else ''}" if value is not None else kind
 
 
 def _kind_of(head: bytes) -> str:
@@ -125,8 +189,11 @@ def load_trace(path: str | Path) -> tuple[TraceColumns, dict[str, Any]]:
     tasks = header.get("tasks")
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise bad("its metadata has no list of task names")
-    if header.get("config") is not None and not isinstance(header["config"], str):
-        raise bad("its metadata's 'config' is not a file name")
+    for key, shape in META_SHAPES.items():
+        scalar = not isinstance(shape, (list, dict))
+        if key in header and not (scalar and header[key] is None) and (wrong := _misfit(header[key], shape, key)):
+            raise TraceFileError(f"{path}: metadata {wrong[0]}: expected {_describe(wrong[1])}, "
+                                 f"found {_found(wrong[2])}")
     for name, c in zip(FIELDS, cols):
         if c.ndim != 1 or c.dtype.kind not in "iu":
             raise bad(f"column {name!r} is a {c.dtype} array of shape {c.shape}, not integers")
