@@ -422,7 +422,7 @@ def test_broken_bag_metadata_is_named_not_called_truncated(metadata, tmp_path):
 
 # ---- a closed stdout ---------------------------------------------------------------------------------
 @pytest.mark.wallclock
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_closed_stdout_exits_141_quietly(tmp_path):
     path = write(tmp_path, "policy: rm\ntasks:\n" + "".join(f"  - {{name: t{i}, period: {10 + i}ms, wcet: 1us}}\n"
                                                              for i in range(50)))
@@ -432,7 +432,7 @@ def test_closed_stdout_exits_141_quietly(tmp_path):
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.close()   # the reader is gone before the first line (`| head -0`)
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=50) == 141
+    assert proc.wait(timeout=150) == 141   # 8-23 s beside a CPU hog here: a process that imports `check`
     assert err == "", err
 
 
