@@ -15,10 +15,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
 
 def run(args: argparse.Namespace) -> int:
     """Replay the built-in scenario, write outputs and trace, and report."""
+    from ..cli import UsageError
+    from ..outpaths import OutputPathError, check_output
     from . import replay as replay_cmd
 
     out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:   # a folder the demo's outputs go into (made by the replay's writes, removed again if they fail)
+        check_output(out, "--out-dir", kind="dir", force=True)
+    except OutputPathError as e:
+        raise UsageError(str(e)) from None
     bag_out = out / "demo_outputs"
     # The replay command's own parser gives every flag its default (no hand-kept copy to fall behind);
     # --force: the demo's own outputs are replaced on every run.
