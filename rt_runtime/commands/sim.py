@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from rt_runtime.bag import BagError
     from rt_runtime.outpaths import EXIT_CODES, INTERRUPT, PartialStop, Staged
     from rt_runtime.sim import record
+    from rt_runtime.sim.renderers import RenderError
 
     tty = sys.stderr.isatty()
     last = [0.0]
@@ -114,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CODES[e.signal or "SIGINT"]
     except BagError as e:
         raise UsageError(str(e)) from None
+    except RenderError as e:   # not the input's fault: exit 1, and nothing is left at OUT
+        print(f"rt-runtime sim: error: {e}", file=sys.stderr)
+        return 1
     finally:
         if tty:
             sys.stderr.write("\n")

@@ -18,6 +18,7 @@ from ..bag import (BagWriter, Objects, array_to_cloud, array_to_compressed, arra
                    msg_class, objects_to_msg, stamp_ns)
 from ..bag.types import GROUND_TRUTH_OBJECTS, quaternion_from_matrix, quaternion_from_yaw, vector3
 from . import camera, lidar, radar
+from .renderers import Renderers
 from .rig import Rig
 from .scenarios import Scenario, build_scenario
 from .world import DT, Trajectory, check_outcome, outcome, simulate
@@ -168,10 +169,9 @@ def messages(scenario: Scenario, traj: Trajectory, rig: Rig, seed: int, seconds:
     jobs = [(heavy[topic], k) for _, topic, k in events if topic in heavy]
     pool = None
     if workers > 1:
-        import multiprocessing as mp
-        _CTX = ctx
-        pool = mp.get_context("fork").Pool(workers)
-        frames: Iterator[np.ndarray] = pool.imap(_worker, jobs, chunksize=2)
+        _CTX = ctx   # inherited by the forked renderers (renderers.py: why not multiprocessing.Pool)
+        pool = Renderers(_worker, workers)
+        frames: Iterator[np.ndarray] = pool.frames(jobs)
     else:
         frames = (_frame(ctx, kind, k) for kind, k in jobs)
     try:
@@ -182,7 +182,7 @@ def messages(scenario: Scenario, traj: Trajectory, rig: Rig, seed: int, seconds:
                 progress(k * DT)
     finally:
         if pool is not None:
-            pool.terminate()
+            pool.close()
             _CTX = None
 
 
