@@ -19,7 +19,7 @@ def run(background: bool, fail_at: int | None = None) -> tuple[list[tuple[str, i
         if fail_at is not None and len(seen) == fail_at:
             raise OSError("disk full")
         seen.append((topic, t_ns))
-    c = OutputCollector([], "map", 0, None, sink=sink, background=background)
+    c = OutputCollector([], "map", 0, sink=sink, background=background)
     try:
         for k in range(60):
             c.emit(f"/diag{k % 3}", k * 1_000_000, diagnostics({**STATS, "n": {"released": k}}, k))

@@ -8,7 +8,8 @@ first.
 
 Encoding (CDR), hashing and writing run on one writer thread (``background``), in the order the
 driver hands batches over, so they overlap the jobs' kernels instead of delaying the next release;
-``drain`` waits for it and re-raises what it raised.
+``drain`` waits for it and re-raises what it raised. That thread owns the output bag: it creates,
+writes and closes it (an SQLite bag's connection works only in the thread that opened it).
 """
 from __future__ import annotations
 
@@ -46,13 +47,13 @@ class OutputDigest:
 class OutputCollector:
     """Receives LET publications, encodes them per egress route, hashes and writes them."""
 
-    def __init__(self, routes: list[EgressRoute], frame: str, start_ns: int, writer: BagWriter | None,
+    def __init__(self, routes: list[EgressRoute], frame: str, start_ns: int,
                  sink: Callable[[str, int, bytes], None] | None = None, retain: bool = False,
                  retain_channels: Iterable[str] = (), background: bool = False) -> None:
         self.routes = sorted(routes, key=lambda r: r.topic)
         self.frame = frame
         self.start_ns = start_ns
-        self.writer = writer
+        self.writer: BagWriter | None = None   # the output bag, once ``attach`` made it
         self.sink = sink
         self.digest = OutputDigest()
         self.by_channel: dict[str, list[tuple[EgressRoute, str]]] = defaultdict(list)
@@ -70,17 +71,50 @@ class OutputCollector:
         # One writer thread keeps the order; None: encode in the caller's thread.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rt-replay-egress") if background else None
         self._queued: deque[Future] = deque()
-        if writer is not None:
-            self.attach(writer)
 
-    def attach(self, writer: BagWriter) -> None:
-        """Write into ``writer`` from now on (its egress topics are declared here, in topic order).
+    def attach(self, make: Callable[[], BagWriter], topics: Iterable[tuple[str, str]] = ()) -> BagWriter:
+        """Create the output bag (``make``) on the writer thread and write into it from now on: ``topics``
+        (name, type) and the egress topics are declared first, in that order; a failure removes it.
 
         A replay attaches its output bag only once the stack is built and warm: a failure before
         that leaves nothing at the output path."""
-        self.writer = writer
-        for r in self.routes:
-            writer.add_topic(r.topic, EGRESS_CODECS[r.codec].msgtype)
+        def open_bag() -> BagWriter:
+            writer = make()
+            try:
+                for name, msgtype in [*topics, *((r.topic, EGRESS_CODECS[r.codec].msgtype) for r in self.routes)]:
+                    writer.add_topic(name, msgtype)
+            except BaseException:
+                writer.abort()
+                raise
+            self.writer = writer
+            return writer
+
+        return self._on_writer(open_bag)
+
+    def finish(self, partial: str | None = None) -> None:
+        """Close the output bag on the writer thread, after what it was given (``partial``: why it stops
+        early, recorded in its metadata), then stop the thread."""
+        writer = self.writer
+        try:
+            if writer is not None:
+                self._on_writer(lambda: writer.close(partial=partial))
+        finally:
+            self.close()
+
+    def abort(self) -> None:
+        """Remove the output bag (on the writer thread, after what it was given), then stop the thread."""
+        writer = self.writer
+        try:
+            if writer is not None:
+                self._on_writer(writer.abort)
+        finally:
+            self.close()
+
+    def _on_writer(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the writer thread, after what is queued; waits and returns its result."""
+        if self._pool is None:
+            return fn()
+        return self._pool.submit(fn).result()
 
     def on_publish(self, channel: str, t_ns: int, seq: int, data: Any) -> None:
         """The runtime's egress hook: keep a copy of what became visible at ``t_ns``."""
@@ -115,9 +149,11 @@ class OutputCollector:
             q.popleft().result()
 
     def close(self) -> None:
-        """Stop the writer thread (after what it was given: call ``drain`` first to see its errors)."""
+        """Stop the writer thread (after what it was given: call ``drain`` first to see its errors); the
+        output bag is left as it is (``finish`` closes it, ``abort`` removes it)."""
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
             self._queued.clear()
 
     def _write(self, topic: str, t_ns: int, cdr: bytes) -> None:

@@ -67,7 +67,6 @@ class ReplayRun:
         self.bag_ns = duration_ns   # what was asked for
         self.duration_ns = duration_ns   # what ran: cut to the message before a stop
         self.quality, self.progress, self.stop = quality, progress, stop
-        self.writer: BagWriter | None = None   # created once the stack is built and warm (``open``)
         self.parts: list[TraceColumns] = []
         self.ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
         self.bad: dict[str, dict[str, int]] = {}
@@ -99,7 +98,7 @@ class ReplayRun:
         if retain_channels is None:
             retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
         self.retain_channels = retain_channels
-        self.collector = OutputCollector(cfg.egress, cfg.frame, self.bag.start_ns, None, retain=quality is not None,
+        self.collector = OutputCollector(cfg.egress, cfg.frame, self.bag.start_ns, retain=quality is not None,
                                          background=True, retain_channels=retain_channels)
         self.chains, notes = run_chains(cfg, bindings)
         threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
@@ -126,14 +125,8 @@ class ReplayRun:
             self.bag.prepare(self.wanted)
         self.next_diag = cfg.diagnostics_period_ns
         if out is not None:   # only now: a stack that fails to build leaves nothing at ``out``
-            writer = BagWriter(out, out_format, replace=replace)
-            try:
-                writer.add_topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
-                self.collector.attach(writer)
-            except BaseException:
-                writer.abort()
-                raise
-            self.writer = writer
+            self.collector.attach(lambda: BagWriter(out, out_format, replace=replace),
+                                  [(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")])
 
     def feed(self) -> None:
         """Feed the bag's messages to the stack in order, then run it to the end (or to the message before a stop)."""
@@ -234,21 +227,19 @@ class ReplayRun:
         """After an error mid-run: stop the writer thread and remove the output bag."""
         if self.rt.sched.par is not None:   # its bets are no longer checked at close
             self.rt.sched.par.abandon()
-        self.collector.close()
-        if self.writer is not None:
-            self.writer.abort()
+        self.collector.abort()
 
     def close(self) -> None:
         """Close the reader process, the collector, the stack, the bag and the output bag (partial if interrupted)."""
         if self.reader is not None:
             self.reader.close()
         gc.unfreeze()
-        self.collector.close()
-        self.stack.close()
-        self.bag.close()
-        if self.writer is not None:
-            self.writer.close(partial=f"interrupted by {self.interrupted} after {self.duration_ns / 1e9:.3f} s of "
-                              f"{self.bag_ns / 1e9:.3f} s" if self.interrupted else None)
+        try:
+            self.collector.finish(partial=f"interrupted by {self.interrupted} after {self.duration_ns / 1e9:.3f} s "
+                                  f"of {self.bag_ns / 1e9:.3f} s" if self.interrupted else None)
+        finally:
+            self.stack.close()
+            self.bag.close()
 
     def result(self, trace: str | Path | None) -> ReplayResult:
         """What the run did, right after ``close`` (its wall time includes the closing); writes ``trace``."""
