@@ -7,11 +7,12 @@ graphs (channel specs between tasks, egress codecs, initial values), all problem
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..analysis.chains import Chain
 from ..core.graph import Graph
 from ..core.task import TaskError
+from ..core.units import clip
 from ..device.base import tensor_device
 from ..sched import TaskBinding
 from ..sched.budget import check_op_budgets
@@ -26,18 +27,48 @@ def _graph(cfg: StackConfig, task: str, key: str, device: str) -> Graph | None:
     if e.get(key) is None:
         return None
     build = resolve(e[key], cfg.source, f"task '{task}': {key}", task)
-    args = e.get("args" if key == "graph" else "fallback_args") or {}
+    args_key = "args" if key == "graph" else "fallback_args"
+    args = e.get(args_key) or {}
     try:
         graph = build(device=device, **args)
-    except TypeError as e_:
-        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} rejected its arguments ({e_})", task=task) from None
     except Exception as e_:  # noqa: BLE001 - a builder is the user's code: name it, the task and what it raised
-        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} raised {type(e_).__name__}: {e_}",
-                    task=task) from None
+        why = f"{type(e_).__name__}: {e_}"
+        path = _culprit(lambda **kw: build(device=device, **kw), args) if isinstance(e_, (TypeError, ValueError)) \
+            else None
+        if path is not None:   # the argument whose value the builder could not use, named as the file has it
+            value: Any = args
+            for part in path:
+                value = value[part]
+            raise _fail(cfg.source, f"task '{task}': {'.'.join([args_key, *path])}", f"{e[key]} cannot use "
+                        f"{clip(value)} ({why})", task=task, fld=args_key) from None
+        said = f"rejected its arguments ({e_})" if isinstance(e_, TypeError) else f"raised {why}"
+        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} {said}", task=task) from None
     if not isinstance(graph, Graph):
         raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} returned {type(graph).__name__}, not a Graph",
                     task=task)
     return graph
+
+
+def _culprit(build: Callable[..., Any], args: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The argument a builder failed on: the one it builds without (its default taken), followed into a
+    mapping value (``road`` -> ``road.lane_width``); None when no single argument is the cause."""
+    for key, value in args.items():
+        rest = {k: v for k, v in args.items() if k != key}
+        if not _builds(build, rest):
+            continue
+        if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+            inner = _culprit(lambda **kw: build(**rest, **{key: kw}), value)
+            return (key, *inner) if inner is not None else (key,)
+        return (key,)
+    return None
+
+
+def _builds(build: Callable[..., Any], args: Mapping[str, Any]) -> bool:
+    """Whether ``build(**args)`` returns a graph (only on a builder's failure path, to find its cause)."""
+    try:
+        return isinstance(build(**args), Graph)
+    except Exception:  # noqa: BLE001 - the user's code: any failure means "not without this argument"
+        return False
 
 
 def _initial(cfg: StackConfig, task: str, device: str) -> Mapping[str, Any]:

@@ -31,6 +31,7 @@ from ..core.task import Task
 from ..core.units import DurationError, clip, parse_duration
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy
+from ..sched.binding import Publish, Reaction
 from .taskset import ConfigError, fallback_budget, load_yaml, parse_taskset
 from .realtime import parse_realtime
 from .wiring import check_wiring, key_problems, raise_all, suggest
@@ -275,6 +276,12 @@ def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
             raise _fail(source, f"task '{name}': {key}", f"expected a mapping of argument names to values, found "
                         f"{clip(args)}", task=name, fld=key)
     fallback_budget(e, source, name)   # a positive duration, and only beside a fallback
+    for key, choices in (("on_miss", Reaction), ("on_overrun", Reaction), ("publish", Publish)):
+        value = e.get(key)
+        names = [c.value for c in choices]
+        if value is not None and value not in names:
+            raise _fail(source, f"task '{name}': {key}", f"expected one of {', '.join(names)}, found {clip(value)}"
+                        f"{suggest(value, names) if isinstance(value, str) else ''}", task=name, fld=key)
     recover = e.get("recover_after")
     if recover is not None and (isinstance(recover, bool) or not isinstance(recover, int) or recover < 1):
         raise _fail(source, f"task '{name}': recover_after", f"expected a positive integer (clean jobs in a row "
