@@ -129,6 +129,22 @@ def test_analyze_names_a_metadata_field_of_the_wrong_type(key, value, says, real
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("column, value, says", [("job", 2 ** 40, "column 'job': expected job indices up to the"),
+                                                 ("task", 7, "column 'task': expected ids of the 2 task names")])
+def test_analyze_refuses_a_column_no_run_writes(column, value, says, real_trace, tmp_path, capsys):
+    # A job index past the events the run emitted made the analysis allocate an array that long (8 TiB).
+    with np.load(real_trace) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays[column][len(arrays[column]) // 2] = value
+    path = tmp_path / "t.rttrace"
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    rc, out, err = run(["analyze", path], capsys)
+    assert rc == 2 and out == "", err
+    one_line(err, "rt-runtime analyze: error:", str(path), says, "(file corrupt)")
+
+
+@pytest.mark.timeout(60)
 def test_a_trace_with_every_metadata_field_right_still_reads(real_trace, capsys):
     rc, out, err = run(["analyze", real_trace, "--json"], capsys)
     assert rc == 0, err

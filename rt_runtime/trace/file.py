@@ -200,4 +200,13 @@ def load_trace(path: str | Path) -> tuple[TraceColumns, dict[str, Any]]:
     if len({len(c) for c in cols}) != 1:
         raise TraceFileError(f"{path}: columns of different lengths (file corrupt)")
     cols = [np.asarray(c, np.int64) for c in cols]
+    task, job = cols[FIELDS.index("task")], cols[FIELDS.index("job")]
+    if len(task) and (int(task.min()) < 0 or int(task.max()) >= len(tasks)):
+        raise TraceFileError(f"{path}: column 'task': expected ids of the {len(tasks)} task names, found "
+                             f"{int(task.min())}..{int(task.max())} (file corrupt)")
+    # A task's job j was released (or dropped) after j events of its own: no index reaches the events emitted.
+    emitted = len(job) + int(header.get("lost_events") or 0)
+    if len(job) and int(job.max()) > emitted:
+        raise TraceFileError(f"{path}: column 'job': expected job indices up to the {emitted} events the run "
+                             f"emitted, found {int(job.max())} (file corrupt)")
     return TraceColumns(*cols, tasks=list(tasks)), header
