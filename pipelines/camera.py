@@ -30,6 +30,7 @@ so its work runs in C++ off the GIL and camera jobs on parallel replay workers c
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -218,28 +219,34 @@ def letterbox_into(image: Tensor, out: Tensor, frame: Tensor, region: Tensor, rw
 
 
 def decode_into(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor, scale: float | tuple[float, float],
-                threshold: float, offset: tuple[float, float] = (0.0, 0.0), overlap: float = BOX_OVERLAP) -> None:
+                threshold: float, offset: tuple[float, float] = (0.0, 0.0), overlap: float = BOX_OVERLAP,
+                frame: tuple[int, int] | None = None) -> None:
     """CenterNet decoding: 3x3 max-pool peaks, top-k over classes and cells, boxes in frame pixels
     (``cell * scale - offset`` per axis: a letterboxed frame's boxes land in its source pixels), class-agnostic
-    suppression of boxes overlapping a better one by more than ``overlap`` (IoU)."""
+    suppression of boxes overlapping a better one by more than ``overlap`` (IoU). ``frame`` (width, height):
+    boxes clipped to it, those with nothing inside it dropped (None: as decoded)."""
     su, sv = scale if isinstance(scale, tuple) else (scale, scale)
-    _decode(maps, boxes, count, NUM_CLASSES, *decode_at((su, sv), offset, str(maps.device)), float(threshold),
-            float(overlap))
+    _decode(maps, boxes, count, NUM_CLASSES, *decode_at((su, sv), offset, str(maps.device), frame), float(threshold),
+            float(overlap), frame is not None)
 
 
-def decode_at(scale: tuple[float, float], offset: tuple[float, float],
-              device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_decode``'s ``scale`` and ``offset`` (u, v) as float32 (2, 1) columns: the same products and differences
-    as with the Python floats, which an op casts to float32 too (one op for both axes, nothing built per job)."""
+def decode_at(scale: tuple[float, float], offset: tuple[float, float], device: str,
+              frame: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_decode``'s ``scale``, ``offset`` and ``frame`` (u, v) as float32 (2, 1) columns: the same products and
+    differences as with the Python floats, which an op casts to float32 too (one op for both axes, nothing built
+    per job); ``frame`` infinite where there is none."""
+    w, h = frame if frame is not None else (math.inf, math.inf)
     return (torch.tensor([[scale[0]], [scale[1]]], device=device),
-            torch.tensor([[offset[0]], [offset[1]]], device=device))
+            torch.tensor([[offset[0]], [offset[1]]], device=device),
+            torch.tensor([[float(w)], [float(h)]], device=device))
 
 
 @kernel
 def _decode(maps: Tensor, boxes: Tensor, count: Tensor, num_classes: int, scale: Tensor, offset: Tensor,
-            threshold: float, overlap: float) -> None:
+            frame: Tensor, threshold: float, overlap: float, clip: bool) -> None:
     """``decode_into``'s body: the first ``num_classes`` maps are heatmap logits, the next 4 the box regression;
-    ``scale`` and ``offset`` are ``decode_at``'s (2, 1) columns (u, v)."""
+    ``scale``, ``offset`` and ``frame`` are ``decode_at``'s (2, 1) columns (u, v); ``clip``: boxes clipped to
+    ``frame``."""
     heat = torch.sigmoid(maps[0, :num_classes])
     hh, ww = heat.shape[-2], heat.shape[-1]
     # The 3x3 max-pool as a 3-wide max along rows, then along columns, on shifted views: a max is exact, so
@@ -259,6 +266,9 @@ def _decode(maps: Tensor, boxes: Tensor, count: Tensor, num_classes: int, scale:
     centre = torch.stack([cell % ww, cell // ww]).float() + 0.5 + reg[2:]
     half = reg[:2].exp() / 2
     lo, hi = (centre - half) * scale - offset, (centre + half) * scale - offset
+    if clip:   # the frame is all the camera saw: a box ends at its edge (as the fusion's projections do)
+        lo = torch.minimum(lo.clamp(min=0.0), frame)
+        hi = torch.minimum(hi.clamp(min=0.0), frame)
     torch.stack([lo[0], lo[1], hi[0], hi[1], score, cls.float()], 1, out=boxes)
     # One object, two class peaks (a cyclist's rider also peaks as a pedestrian): drop a box that
     # overlaps a better-scored one (topk is sorted) by more than ``overlap``, whatever either's class.
@@ -270,9 +280,22 @@ def _decode(maps: Tensor, boxes: Tensor, count: Tensor, num_classes: int, scale:
     area = extent[0] * extent[1]
     iou = inter / (area.unsqueeze(1) + area.unsqueeze(0) - inter).clamp(min=1e-6)
     keep = (score >= threshold) & ~(iou.tril(-1) > overlap).any(1)
+    if clip:   # a box wholly in a letterbox's padding, outside the source frame: nothing seen
+        keep = keep & (extent > 0).all(0)
     rows, n = compact(boxes, keep)     # kept boxes first, still best first
     boxes.copy_(rows)
     count.copy_(n.view(1))
+
+
+def box_bounds(**params: object) -> dict[int, tuple[float, float]]:
+    """Each ``camera_boxes`` column's bounds (``schema.CAM_COLS``) that the detector built with ``params`` cannot
+    leave: the output invariant of its task, derived from its own args (docs/SAFETY.md, "Output invariants").
+    ``camera_decode`` clips every box to the camera's frame (``source_width`` x ``source_height``, else
+    ``width`` x ``height``), the score is a sigmoid, the class an index into ``schema.CLASSES``: a box outside
+    these is a fault, whatever the scene."""
+    p = CameraParams(**params)  # type: ignore[arg-type]
+    w, h = float(p.source_width or p.width), float(p.source_height or p.height)
+    return {0: (0.0, w), 1: (0.0, h), 2: (0.0, w), 3: (0.0, h), 4: (0.0, 1.0), 5: (0.0, float(NUM_CLASSES - 1))}
 
 
 def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
@@ -325,7 +348,7 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
                    capturable=True, cost_us=500 + src_w * src_h // 500)
 
     # decode_into's arguments resolved once, as its kernel takes them: the op calls the kernel directly
-    at = (NUM_CLASSES, *decode_at(scale, offset, device), float(p.score_threshold), BOX_OVERLAP)
+    at = (NUM_CLASSES, *decode_at(scale, offset, device, (src_w, src_h)), float(p.score_threshold), BOX_OVERLAP, True)
 
     def decode(maps: torch.Tensor, boxes: torch.Tensor, count: torch.Tensor) -> None:
         _decode(maps, boxes, count, *at)

@@ -14,8 +14,10 @@ the CPU they compute on the counted rows only, ``geometry.live_rows``):
 2. ``fuse_camera``: each object's 3D box is projected into the image — its 8 corners through the
    extrinsics (base_link -> optical frame, z forward) and the pinhole ``u = fx X/Z + cx``,
    ``v = fy Y/Z + cy`` — to the 2D box around them, clipped to the image; boxes with a corner
-   nearer than ``near_m`` are not projected. Projected and detected 2D boxes are matched by IoU
-   (cost 1 - IoU, gate ``iou_gate``, greedy). The camera confirms: a matched object takes the
+   nearer than ``near_m`` are not projected. With lens distortion (CameraInfo's ``plumb_bob``,
+   ``rational_polynomial`` or ``equidistant`` ``d``, or the config's) each corner goes through the lens
+   first (``geometry.distort_normalized``): the detector sees the unrectified image. Projected and
+   detected 2D boxes are matched by IoU (cost 1 - IoU, gate ``iou_gate``, greedy). The camera confirms: a matched object takes the
    camera's class and score ``1 - (1 - s)(1 - s_cam)``; an object in view that the camera missed
    (while the camera did report) is discounted by ``camera_miss_scale``.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import List, Optional
 
 import torch
 from torch import Tensor
@@ -32,8 +35,8 @@ from torch import Tensor
 from rt_runtime import Graph, Op
 from rt_runtime.exec import kernel
 from pipelines import schema
-from pipelines.geometry import (CameraModel, box_corners, compact, greedy_assign, live_rows, on_device,
-                                valid_mask)
+from pipelines.geometry import (CameraModel, box_corners, compact, distort_normalized, greedy_assign, live_rows,
+                                on_device, valid_mask)
 
 F = {c: i for i, c in enumerate(schema.FUSED_COLS)}   # for readers of ``fused`` (the kernels unpack rows)
 SRC_LIDAR, SRC_RADAR, SRC_CAMERA = 1, 2, 4
@@ -134,11 +137,14 @@ def _lidar_radar_op(p: FusionParams, device: str) -> Op:
 
 
 def project_boxes(objects: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: float, cx: float, cy: float,
-                  width: int, height: int, near_m: float, rows: int = -1) -> tuple[Tensor, Tensor]:
+                  width: int, height: int, near_m: float, rows: int = -1, lens: int = 0,
+                  coeffs: Optional[List[float]] = None, reach: float = 0.0) -> tuple[Tensor, Tensor]:
     """Image boxes (N, 4: u1, v1, u2, v2) of fused objects and whether each is (partly) in view.
 
     ``rot``, ``trans``: base_link -> optical frame; fx .. height: the pinhole (``CameraModel``);
-    ``rows``: only the leading rows' boxes are wanted (N = rows; -1: all).
+    ``rows``: only the leading rows' boxes are wanted (N = rows; -1: all); ``lens``, ``coeffs``, ``reach``:
+    the lens distortion (``CameraModel.distortion``, ``.distortion_reach``) applied to each corner, so the box
+    lands where the camera's own (unrectified) image shows the object; 0: a pinhole.
     """
     n_all = objects.shape[0]
     n = n_all if rows < 0 else rows
@@ -151,8 +157,13 @@ def project_boxes(objects: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: fl
     z = opt[..., 2]
     in_front = (z > near_m).all(dim=-1)
     zc = z.clamp(min=near_m)
-    u = fx * opt[..., 0] / zc + cx
-    v = fy * opt[..., 1] / zc + cy
+    if lens == 0 or coeffs is None:
+        u = fx * opt[..., 0] / zc + cx
+        v = fy * opt[..., 1] / zc + cy
+    else:   # the corners through the lens, then the box around them
+        xd, yd = distort_normalized(opt[..., 0] / zc, opt[..., 1] / zc, lens, coeffs, reach)
+        u = fx * xd + cx
+        v = fy * yd + cy
     box = torch.stack([u.amin(-1).clamp(0, width), v.amin(-1).clamp(0, height),
                        u.amax(-1).clamp(0, width), v.amax(-1).clamp(0, height)], dim=1)
     visible = in_front & (box[:, 2] > box[:, 0]) & (box[:, 3] > box[:, 1])
@@ -174,13 +185,14 @@ def iou(a: Tensor, b: Tensor) -> Tensor:
 @kernel
 def _fuse_camera(objects: Tensor, count: Tensor, cam_boxes: Tensor, cam_count: Tensor, fused: Tensor,
                  fused_count: Tensor, rot: Tensor, trans: Tensor, fx: float, fy: float, cx: float, cy: float,
-                 width: int, height: int, near_m: float, iou_gate: float, miss_scale: float) -> None:
+                 width: int, height: int, near_m: float, iou_gate: float, miss_scale: float, lens: int = 0,
+                 coeffs: Optional[List[float]] = None, reach: float = 0.0) -> None:
     """``fuse_camera``'s body: projected boxes matched to camera boxes by IoU confirm or discount objects."""
     score, cls, src = 7, 8, 11   # FUSED_COLS
     # Only the leading no objects and nc camera boxes are computed (all rows on CUDA: ``live_rows``):
     # rows past the counts take no part.
     no, nc = live_rows(count, objects.shape[0]), live_rows(cam_count, cam_boxes.shape[0])
-    box, visible = project_boxes(objects, rot, trans, fx, fy, cx, cy, width, height, near_m, no)
+    box, visible = project_boxes(objects, rot, trans, fx, fy, cx, cy, width, height, near_m, no, lens, coeffs, reach)
     valid = valid_mask(count, no)
     cvalid = valid_mask(cam_count, nc)
     overlap = iou(box, cam_boxes[:nc, :4])
@@ -210,8 +222,9 @@ def _camera_op(p: FusionParams, device: str) -> Op:
     dev = torch.device(device)
     rot = torch.tensor(r, dtype=torch.float32, device=dev)
     trans = torch.tensor(t, dtype=torch.float32, device=dev)
+    lens, coeffs = cam.distortion()
     knobs = (float(cam.fx), float(cam.fy), float(cam.cx), float(cam.cy), int(cam.width), int(cam.height),
-             float(p.near_m), float(p.iou_gate), float(p.camera_miss_scale))
+             float(p.near_m), float(p.iou_gate), float(p.camera_miss_scale), lens, coeffs, cam.distortion_reach())
 
     def fuse(objects: Tensor, count: Tensor, cam_boxes: Tensor, cam_count: Tensor,
              fused: Tensor, fused_count: Tensor) -> None:

@@ -1,7 +1,8 @@
 """Calibration a bag carries: camera intrinsics from ``CameraInfo``, sensor mounts from ``/tf_static``
 (and ``/tf``).
 
-``read_calibration(reader, sensor_topics)`` reads the first ``CameraInfo`` of each camera-info topic,
+``read_calibration(reader, sensor_topics)`` reads the first ``CameraInfo`` of each camera-info topic, the
+frame size of each camera topic (its first message, decoded as the ingress decodes it),
 every transform of ``/tf_static`` and, from ``/tf``, the transforms between frames that are not a
 world frame (``map``, ``odom``, ...: the ego's pose, not a mount) in its first messages. Chains
 (``base_link -> sensor_kit -> lidar``) are composed, so each sensor frame gets its pose in
@@ -22,12 +23,14 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..sim.rig import LINK_FROM_OPTICAL   # one definition of the optical-frame axes
-from .errors import BagError
+from .errors import BagError, CodecError
+from .image import frame_size
 
 BASE_FRAME = "base_link"
 WORLD_FRAMES = frozenset({"map", "odom", "world", "earth", "viewer"})
 TF_MESSAGES_SCANNED = 100   # /tf's first messages: a mount published there repeats in every one
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
+CAMERA_IMAGES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
 TF_MESSAGE = "tf2_msgs/msg/TFMessage"
 
 
@@ -76,6 +79,7 @@ class BagCalibration:
     poses: dict[str, Pose] = field(default_factory=dict)                 # frame -> pose in base_link
     frames: dict[str, str] = field(default_factory=dict)                 # sensor topic -> its frame_id
     sources: dict[str, str] = field(default_factory=dict)                # frame -> "/tf_static" or "/tf"
+    image_sizes: dict[str, tuple[int, int]] = field(default_factory=dict)   # camera topic -> (width, height)
 
     def pose_of(self, topic: str) -> Pose | None:
         """The pose in base_link of the frame a sensor topic's messages are in, if the bag has it."""
@@ -94,6 +98,17 @@ class BagCalibration:
         if same:
             return same[0]
         return next(iter(self.cameras.values())) if len(self.cameras) == 1 else None
+
+
+# The camera nobody calibrated (no CameraInfo, no args.camera): the reference rig's lens, fx = fy = 0.625 x the
+# width (400 px at 640: a 77 degree horizontal field of view), the principal point at the frame's centre.
+DEFAULT_FX_PER_WIDTH = 0.625
+
+
+def default_intrinsics(width: int, height: int) -> dict[str, Any]:
+    """The stated default pinhole for a ``width`` x ``height`` frame (``DEFAULT_FX_PER_WIDTH``), no distortion."""
+    f = round(DEFAULT_FX_PER_WIDTH * width, 3)
+    return {"fx": f, "fy": f, "cx": (width - 1) / 2, "cy": (height - 1) / 2, "width": int(width), "height": int(height)}
 
 
 def rpy(r: np.ndarray) -> tuple[float, float, float]:
@@ -189,4 +204,9 @@ def read_calibration(reader: Any, sensor_topics: Iterable[str] = ()) -> BagCalib
             head = getattr(msgs[0], "header", None) if msgs else None
             if head is not None:
                 cal.frames[topic] = str(head.frame_id).lstrip("/")
+            if msgs and reader.topics[topic] in CAMERA_IMAGES:
+                try:
+                    cal.image_sizes[topic] = frame_size(msgs[0], topic)
+                except CodecError:
+                    pass   # the replay counts an undecodable frame; the size stays unknown
     return cal

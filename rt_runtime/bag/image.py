@@ -232,3 +232,12 @@ def compressed_to_rgb8(msg: Any, topic: str | None = None) -> np.ndarray:
     if img.mode != "RGB":
         img = img.convert("RGB")
     return np.asarray(img)
+
+
+def frame_size(msg: Any, topic: str | None = None) -> tuple[int, int]:
+    """(width, height) of the (H, W, 3) frame the camera codecs decode ``msg`` into: an Image's own fields, a
+    CompressedImage's decoded payload (its header does not say). CodecError where it does not decode."""
+    if hasattr(msg, "encoding"):
+        return int(msg.width), int(msg.height)
+    h, w = compressed_to_rgb8(msg, topic).shape[:2]
+    return int(w), int(h)

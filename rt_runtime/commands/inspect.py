@@ -64,8 +64,9 @@ def as_json(s: Any, notes: list[str], config_out: str | None) -> dict[str, Any]:
     }
 
 
-def print_text(s: Any, notes: list[str], config_out: str | None, out: Any = sys.stdout) -> None:
-    """The human-readable summary."""
+def print_text(s: Any, notes: list[str], config_out: str | None, out: Any = None) -> None:
+    """The human-readable summary (on sys.stdout as it is when called, not when imported)."""
+    out = sys.stdout if out is None else out
     print(f"{s.path} ({s.storage}): {s.duration_ns / 1e9:.3f} s from {s.start_ns / 1e9:.3f} s, "
           f"{sum(t.count for t in s.topics.values())} messages", file=out)
     rows = [("topic", "type", "count", "Hz", "bytes", "codec", "what")]
@@ -110,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
                       "(its graphs, budgets and deadlines), fitted to the sensors this bag has:", ""] + \
                 [f"- {n}" for n in notes] + \
                 ["", "Sensor mounts and camera intrinsics are not written here: replay takes them from the bag's",
-                 "/tf_static and CameraInfo; a value written into a task's args overrides the bag's.", ""]
+                 "/tf_static and CameraInfo (a camera without one: the stated default for its frame size, written",
+                 "above); a value written into a task's args overrides the bag's.", ""]
             write_atomic(args.config_out, render(doc, header))
     except (BagError, ConfigError, NoSensorsError, OutputPathError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
