@@ -14,11 +14,11 @@ import os
 import statistics
 import time
 
+from leak_audit import leaked, snapshot, soak  # bench/leak_audit.py, beside this script
 from rt_runtime.config.stack import build_bindings
 from rt_runtime.exec import GraphExecutor
 from rt_runtime.exec.warmup import synthetic_inputs
 from rt_runtime.replay.defaults import default_bag, default_config
-from rt_runtime.safety.audit import leaked, snapshot, soak
 from rt_runtime.safety.campaign import load_campaign, render, run_campaign, stack_under_test
 from rt_runtime.safety.harness import Harness, Scenario
 from rt_runtime.safety.redundancy import RedundantExecutor

@@ -1,7 +1,7 @@
 """The driver: the one adapter between a stack file (``StackConfig``) and the pure ``Runtime``.
 
 Replay (``replay.run``), the live node (``ros.node``), the fault campaign (``safety.harness``)
-and the leak soak (``safety.audit``) each feed a stack's ingress into a runtime and take its egress
+and the leak soak (``bench/leak_audit.py``) each feed a stack's ingress into a runtime and take its egress
 out; what they share lives here, so device, capture and stream rules are wired once:
 
 * ``open_stack`` builds the ``Runtime`` from the config (policy, workers, steal, channels, chains,

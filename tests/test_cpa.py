@@ -204,7 +204,7 @@ def test_a_phased_set_at_u_089_that_runs_clean_is_not_rejected():
     # phasing (all released at once) needs 9 ms within 3 ms and rejects it; with the offsets each window
     # holds one job. The runtime's own dispatcher (virtual clock, synthetic ops) runs it without a miss.
     from rt_runtime.analysis import analyze_taskset
-    from rt_runtime.sched.oracle import simulate as run_dispatcher
+    from dispatch_oracle import simulate as run_dispatcher
 
     ms = 1_000_000
     tasks = [T("a", 10 * ms, 3 * ms, 3 * ms), T("b", 10 * ms, 3 * ms, 3 * ms, offset_ns=3 * ms),

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rt_runtime"
 DRIVER = PACKAGE / "drive.py"
 # The drivers of a stack: each must build its runtime through the driver.
-ADAPTERS = ("replay/run.py", "ros/node.py", "safety/harness.py", "safety/audit.py")
+ADAPTERS = ("replay/run.py", "ros/node.py", "safety/harness.py")
 
 
 def calls(path: Path, name: str) -> list[int]:
@@ -47,7 +47,7 @@ def imports(path: Path, name: str) -> bool:
 
 
 def test_only_the_driver_constructs_a_runtime_outside_the_scheduler():
-    # sched/ is the runtime itself (and its oracle, which runs synthetic task sets, no stack file).
+    # sched/ is the runtime itself.
     found = {str(p.relative_to(ROOT)): lines for p in sorted(PACKAGE.rglob("*.py"))
              if p != DRIVER and PACKAGE / "sched" not in p.parents and (lines := calls(p, "Runtime"))}
     assert found == {}, f"Runtime(...) built outside rt_runtime/drive.py: {found}; use drive.open_stack"
@@ -57,6 +57,7 @@ def test_only_the_driver_constructs_a_runtime_outside_the_scheduler():
 def test_replay_node_campaign_and_soak_go_through_the_driver():
     for rel in ADAPTERS:
         assert calls(PACKAGE / rel, "open_stack"), f"rt_runtime/{rel} does not build its runtime with open_stack"
+    assert calls(ROOT / "bench" / "leak_audit.py", "open_stack"), "the leak soak does not build its runtime with open_stack"
     # Warm-up and device opening are the driver's too: a second copy would drift from it.
     for name in ("warm_up", "device_for"):
         elsewhere = {str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.py")

@@ -9,15 +9,18 @@ runs follow from the configuration and the scenario alone, not from this machine
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from replay_fixtures import short_bag  # noqa: F401 - a fixture
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+from leak_audit import leaked, snapshot, soak  # noqa: E402 - bench/leak_audit.py
+from replay_fixtures import short_bag  # noqa: F401,E402 - a fixture
 from rt_runtime.cli import main
 from rt_runtime.replay.defaults import default_config
-from rt_runtime.safety.audit import leaked, snapshot, soak
 from rt_runtime.safety.campaign import judge, load_campaign, published, stack_under_test
 from rt_runtime.safety.harness import Harness, Scenario
 from rt_runtime.safety.inject import FIELDS, INGRESS_CLASSES, OP_CLASSES, plan

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rt_runtime.core import Task
-from rt_runtime.sched.oracle import simulate, synthetic_graph
+from dispatch_oracle import simulate, synthetic_graph
 
 try:
     from rt_runtime.analysis import analyze_taskset

@@ -8,7 +8,7 @@ import pytest
 from rt_runtime.core import Task
 from rt_runtime.sched import EDF, DM, FP, RM, EventKind, Policy, RecordingSink, Runtime, TaskBinding, declared_cost
 from rt_runtime.sched import partition
-from rt_runtime.sched.oracle import synthetic_graph
+from dispatch_oracle import synthetic_graph
 
 MS = 1_000_000
 

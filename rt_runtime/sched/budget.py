@@ -108,7 +108,3 @@ class BudgetCost:
         ops = self.table.get(task)
         ns = ops.get(id(op)) if ops is not None else None
         return ns if ns is not None else int(round(op.cost_us * 1000))
-
-    def of_task(self, task: str) -> dict[int, int]:
-        """The table's entries of one task (op id -> ns), for tests and reports."""
-        return dict(self.table.get(task, {}))

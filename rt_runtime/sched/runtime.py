@@ -296,10 +296,6 @@ class Runtime:
         return (f"realtime: SCHED_FIFO priority {self.rt_priority}, the runtime thread pinned to CPU {self.cpus[0]} "
                 f"while it runs; where the OS refuses, one warning and an ordinary thread")
 
-    def run_for(self, dt_ns: int) -> None:
-        """Run for ``dt_ns`` of logical time from now."""
-        self.run_until(self.clock.now() + int(dt_ns))
-
     @property
     def now(self) -> int:
         """Logical time on the runtime's clock."""

@@ -1,4 +1,4 @@
-"""Simulator oracle: a task set run through the real dispatcher on a VirtualClock.
+"""Simulator oracle (tests only): a task set run through the real dispatcher on a VirtualClock.
 
 Each task gets a synthetic graph: a chain of real torch ops whose declared ``cost_us`` is the
 virtual time they take (``declared_cost``). The run covers the hyperperiod (plus offsets and the
@@ -12,15 +12,15 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
-from ..core.graph import Graph
-from ..core.op import Op
-from ..core.task import Task
-from ..core.tensor import TensorSpec
-from .binding import Reaction, TaskBinding, declared_cost
-from .clock import VirtualClock
-from .events import EventKind
-from .policy import Policy
-from .runtime import Runtime
+from rt_runtime.core.graph import Graph
+from rt_runtime.core.op import Op
+from rt_runtime.core.task import Task
+from rt_runtime.core.tensor import TensorSpec
+from rt_runtime.sched.binding import Reaction, TaskBinding, declared_cost
+from rt_runtime.sched.clock import VirtualClock
+from rt_runtime.sched.events import EventKind
+from rt_runtime.sched.policy import Policy
+from rt_runtime.sched.runtime import Runtime
 
 
 def synthetic_graph(name: str, op_costs_ns: Sequence[int]) -> Graph:

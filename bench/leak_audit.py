@@ -12,8 +12,8 @@ import os
 import threading
 from typing import Any, Callable
 
-from ..exec.executor import GraphExecutor
-from ..memory.arena import Arena
+from rt_runtime.exec.executor import GraphExecutor
+from rt_runtime.memory.arena import Arena
 
 
 def rss_bytes() -> int:
@@ -27,7 +27,7 @@ def rss_bytes() -> int:
 
 def snapshot() -> dict[str, int]:
     """Live threads, runtimes, executors and arenas (after ``gc.collect()``), and RSS."""
-    from ..sched.runtime import Runtime
+    from rt_runtime.sched.runtime import Runtime
 
     gc.collect()
     counts = {"runtimes": 0, "executors": 0, "arenas": 0}
@@ -47,10 +47,10 @@ def leaked(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 def soak(harness: Any, loops: int, cost: Callable[..., int] | None = None,
          on_loop: Callable[[int, int], None] | None = None) -> list[int]:
     """Replay the harness's scenario ``loops`` times through one runtime; RSS after each loop."""
-    from ..drive import open_stack
-    from ..sched import VirtualClock
-    from ..sched.binding import measured_cost
-    from .monitor import SafetyMonitor
+    from rt_runtime.drive import open_stack
+    from rt_runtime.safety.monitor import SafetyMonitor
+    from rt_runtime.sched import VirtualClock
+    from rt_runtime.sched.binding import measured_cost
 
     sc = harness.scenario
     period = sc.until_ns + 1
