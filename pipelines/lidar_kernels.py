@@ -351,5 +351,6 @@ def boxes(voxels: Tensor, voxel_count: Tensor, merged: Tensor, plane: Tensor, ou
     top, idx = torch.topk(score, k)
     out.zero_()
     torch.index_select(table, 0, idx, out=out[:k])
-    out[:k].mul_((top > 0).unsqueeze(1))
+    # masked_fill_, not a product: a degenerate cluster's row may hold inf or NaN, and 0 x NaN is NaN
+    out[:k].masked_fill_((top <= 0).unsqueeze(1), 0.0)
     box_count.copy_((top > 0).sum().view(1))
