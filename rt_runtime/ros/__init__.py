@@ -6,6 +6,8 @@ imported only by ``rt-runtime run`` / ``play`` and the ``ros2 run`` executables,
 without ROS: the DDS environment (``env``), config overrides (``overrides``), the ingress decoder and
 its health counters (``inputs``), the runtime drivers for wall and simulated time (``drivers``),
 the egress pump (``outputs``) and the diagnostics message (``diagnostics``). See docs/ROS.md.
+``DeadlineExecutor`` (``deadline``: an rclpy executor scheduling existing nodes' callbacks by deadline)
+imports rclpy on first use.
 """
 from __future__ import annotations
 
@@ -24,4 +26,11 @@ def rclpy_missing() -> str | None:
             "or source a ROS 2 workspace")
 
 
-__all__ = ["rclpy_missing"]
+def __getattr__(name: str) -> object:
+    if name == "DeadlineExecutor":   # imports rclpy: only when asked for
+        from .deadline.executor import DeadlineExecutor
+        return DeadlineExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["DeadlineExecutor", "rclpy_missing"]

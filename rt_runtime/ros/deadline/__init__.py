@@ -1,0 +1,21 @@
+"""The DeadlineExecutor: existing rclpy nodes' callbacks as jobs under EDF/RM/DM/FP (docs/ROS.md).
+
+``jobs`` (pure: callbacks, jobs, the ready queue, the watchdog's verdict) and ``config`` (the YAML
+file) import no rclpy; ``executor`` is the rclpy adapter, imported on first use of ``DeadlineExecutor``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .config import ExecutorConfig, load_config
+from .jobs import Callback, Job, ReadyQueue, Timing
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DeadlineExecutor":
+        from .executor import DeadlineExecutor
+        return DeadlineExecutor
+    raise AttributeError(name)
+
+
+__all__ = ["Callback", "DeadlineExecutor", "ExecutorConfig", "Job", "ReadyQueue", "Timing", "load_config"]

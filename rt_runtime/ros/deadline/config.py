@@ -1,0 +1,245 @@
+"""The DeadlineExecutor's YAML file: per-callback timing, selected by node name and topic, timer or service.
+
+    policy: edf                    # edf (default), rm, dm or fp
+    workers: 1                     # threads running callbacks (1: the spinning thread itself)
+    default_deadline: 100ms        # a callback with no period to derive a deadline from
+    trace: run.rttrace             # write the .rttrace at shutdown (rt-runtime analyze reads it)
+    realtime: {enabled: true, priority: 50, cpus: [1]}
+    callbacks:
+      - {node: "planner*", timer: 100ms, deadline: 80ms, budget: 20ms, on_miss: skip}
+      - {node: fusion, topic: "/perception/*", deadline: 30ms, on_overrun: degrade, fallback: "my.mod:cheap"}
+
+An entry selects callbacks by ``node`` (a glob on the node's name) plus at most one of ``topic``
+(subscriptions, glob), ``timer`` (the timer's period), ``service`` or ``client`` (glob on the name);
+with none of them it selects all of the node's callbacks. The first entry that selects a callback
+gives its timing. Validated as the stack file is (``config.taskset``): one line naming the file, the
+entry, the key, what was expected and a close match, never a traceback.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ...config.realtime import RealtimeSpec, parse_realtime
+from ...config.schema import Duration, Realtime, Ref, keys
+from ...config.stack import resolve
+from ...config.taskset import ConfigError, load_yaml, suggest
+from ...core.task import CRITICALITIES
+from ...core.units import DurationError, clip, parse_duration
+from .jobs import REACTIONS, Timing
+
+POLICIES = ("edf", "rm", "dm", "fp")
+SELECTORS = ("topic", "timer", "service", "client")
+SELECTOR_KIND = {"topic": "subscription", "timer": "timer", "service": "service", "client": "client"}
+DEFAULT_DEADLINE_NS = 100_000_000
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
+
+
+class CallbackEntry(_Model):
+    """The timing of the callbacks one entry selects."""
+
+    node: str
+    """Glob on the node's name (or its fully qualified name)."""
+    topic: str | None = None
+    """Subscriptions whose topic matches this glob."""
+    timer: Duration | None = None
+    """Timers of this period."""
+    service: str | None = None
+    """Services whose name matches this glob."""
+    client: str | None = None
+    """Clients (their responses) whose service name matches this glob."""
+    period: Duration | None = None
+    """The release period (or minimum inter-arrival) the analysis assumes."""
+    deadline: Duration | None = None
+    """Relative deadline (default: the period; for a subscription, the observed minimum inter-arrival)."""
+    budget: Duration | None = None
+    """Execution budget; a job running longer is an overrun."""
+    priority: int | None = None
+    """Fixed priority for policy fp (smaller is more urgent)."""
+    criticality: Literal[CRITICALITIES] | None = None  # type: ignore[valid-type]
+    """low, medium, high or safety."""
+    on_miss: Literal[REACTIONS] | None = None  # type: ignore[valid-type]
+    """none (count, trace), skip (the next release), abort (a job not started by its deadline), degrade."""
+    on_overrun: Literal["none", "skip", "degrade"] | None = None
+    """What an overrun owes the next release: none, skip, or degrade (the fallback runs instead)."""
+    fallback: Ref | None = None
+    """``package.module:function`` called instead of the callback on a degraded release (same arguments)."""
+
+
+class ExecutorFile(_Model):
+    """The DeadlineExecutor's configuration file."""
+
+    policy: Literal[POLICIES] | None = None  # type: ignore[valid-type]
+    """edf (default), rm, dm or fp."""
+    workers: Annotated[int, Field(ge=1)] | None = None
+    """Threads running callbacks; 1 runs them in the spinning thread."""
+    default_deadline: Duration | None = None
+    """Deadline of a callback with nothing to derive one from (default 100ms)."""
+    trace: str | None = None
+    """.rttrace file written at shutdown."""
+    realtime: bool | Realtime | None = None
+    """SCHED_FIFO and pinning of the callback threads."""
+    callbacks: list[CallbackEntry] | None = None
+    """Per-callback timing, first match wins."""
+
+
+TOP_KEYS, ENTRY_KEYS = keys(ExecutorFile), keys(CallbackEntry)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validated entry: what it selects and the timing it gives."""
+
+    node: str
+    selector: str | None
+    pattern: str | None
+    timer_ns: int | None
+    timing: Timing
+
+    def selects(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> bool:
+        """True when this entry selects the callback of ``kind`` named ``key`` (topic, service or period)."""
+        if not any(fnmatch.fnmatchcase(n, self.node) for n in node_names):
+            return False
+        if self.selector is None:
+            return True
+        if SELECTOR_KIND[self.selector] != kind:
+            return False
+        if self.selector == "timer":
+            return key == self.timer_ns
+        return isinstance(key, str) and fnmatch.fnmatchcase(key, self.pattern or "")
+
+
+@dataclass
+class ExecutorConfig:
+    """The executor's settings, validated."""
+
+    policy: str = "edf"
+    workers: int = 1
+    default_deadline_ns: int = DEFAULT_DEADLINE_NS
+    trace: str | None = None
+    realtime: RealtimeSpec | None = None
+    rules: list[Rule] = field(default_factory=list)
+    source: str | None = None
+
+    def timing(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> Timing:
+        """The timing the first selecting entry gives (a fresh copy), or the defaults."""
+        for i, r in enumerate(self.rules):
+            if r.selects(node_names, kind, key):
+                t = r.timing
+                return Timing(t.period_ns, t.deadline_ns, t.budget_ns, t.priority, t.criticality, t.on_miss,
+                              t.on_overrun, t.fallback, i)
+        return Timing()
+
+
+def _choice(source: str, where: str, value: Any, choices: tuple[str, ...]) -> str:
+    if isinstance(value, str) and value in choices:
+        return value
+    raise ConfigError(source, f"{where}: expected one of {', '.join(choices)}, found {clip(value)}"
+                              f"{suggest(value, choices) if isinstance(value, str) else ''}", field=where)
+
+
+def _dur(source: str, where: str, value: Any) -> int:
+    if isinstance(value, str) and value.strip().startswith("-"):
+        raise ConfigError(source, f"{where}: must not be negative, found {clip(value)}", field=where)
+    try:
+        ns = parse_duration(value, what=where)
+    except DurationError as e:
+        raise ConfigError(source, str(e), field=where) from None
+    if ns <= 0:
+        raise ConfigError(source, f"{where}: must be positive, found {clip(value)}", field=where)
+    return ns
+
+
+def _glob(source: str, where: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(source, f"{where}: expected a name or glob pattern, found {clip(value)}", field=where)
+    return value
+
+
+def _entry(source: str, i: int, e: Any) -> Rule:
+    at = f"callbacks[{i}]"
+    if not isinstance(e, dict):
+        raise ConfigError(source, f"{at}: expected a mapping with 'node:' and timing keys, found {clip(e)}")
+    for k in e:
+        if k not in ENTRY_KEYS:
+            raise ConfigError(source, f"{at}: unknown key {clip(k)}; expected {', '.join(ENTRY_KEYS)}"
+                                      f"{suggest(k, ENTRY_KEYS)}", field=str(k))
+    if "node" not in e:
+        raise ConfigError(source, f"{at}: 'node:' is missing (a glob on the node's name)", field="node")
+    node = _glob(source, f"{at}.node", e["node"])
+    at = f"callbacks[{i}] (node {node})"
+    given = [k for k in SELECTORS if e.get(k) is not None]
+    if len(given) > 1:
+        raise ConfigError(source, f"{at}: give at most one of {', '.join(SELECTORS)}, found {', '.join(given)}")
+    selector = given[0] if given else None
+    timer_ns = _dur(source, f"{at}.timer", e["timer"]) if selector == "timer" else None
+    pattern = _glob(source, f"{at}.{selector}", e[selector]) if selector and selector != "timer" else None
+    d = {k: _dur(source, f"{at}.{k}", e[k]) if e.get(k) is not None else None
+         for k in ("period", "deadline", "budget")}
+    prio = e.get("priority")
+    if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
+        raise ConfigError(source, f"{at}.priority: expected an integer, found {clip(prio)}", field="priority")
+    crit = _choice(source, f"{at}.criticality", e.get("criticality", "low"), CRITICALITIES)
+    on_miss = _choice(source, f"{at}.on_miss", e.get("on_miss", "none"), REACTIONS)
+    on_overrun = _choice(source, f"{at}.on_overrun", e.get("on_overrun", "none"), ("none", "skip", "degrade"))
+    if on_overrun != "none" and d["budget"] is None:
+        raise ConfigError(source, f"{at}.on_overrun: {on_overrun} needs a 'budget:' to overrun", field="on_overrun")
+    fallback = None
+    if e.get("fallback") is not None:
+        fallback = resolve(e["fallback"], source, f"{at}.fallback")
+    if "degrade" in (on_miss, on_overrun) and fallback is None:
+        raise ConfigError(source, f"{at}: degrade needs 'fallback: package.module:function' (called instead of "
+                                  f"the callback on the next release)", field="fallback")
+    timing = Timing(d["period"], d["deadline"], d["budget"], prio, crit, on_miss, on_overrun, fallback)
+    return Rule(node, selector, pattern, timer_ns, timing)
+
+
+def parse_config(doc: Any, source: str) -> ExecutorConfig:
+    """A configuration from its YAML document (already loaded); ConfigError, one line, on anything wrong."""
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(source, f"expected a mapping with 'callbacks:', found {clip(doc)}")
+    for k in doc:
+        if k not in TOP_KEYS:
+            raise ConfigError(source, f"unknown key {clip(k)}; expected {', '.join(TOP_KEYS)}{suggest(k, TOP_KEYS)}",
+                              field=str(k))
+    policy = doc.get("policy", "edf")
+    policy = _choice(source, "policy", policy.lower() if isinstance(policy, str) else policy, POLICIES)
+    workers = doc.get("workers", 1)
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
+        raise ConfigError(source, f"workers: expected an integer from 1 to 64, found {clip(workers)}", field="workers")
+    dd = _dur(source, "default_deadline", doc["default_deadline"]) if doc.get("default_deadline") is not None \
+        else DEFAULT_DEADLINE_NS
+    trace = doc.get("trace")
+    if trace is not None and (not isinstance(trace, str) or not trace):
+        raise ConfigError(source, f"trace: expected a file path, found {clip(trace)}", field="trace")
+    rt = parse_realtime(doc.get("realtime"), lambda m: ConfigError(source, f"realtime: {m}", field="realtime"))
+    raw = doc.get("callbacks") or []
+    if not isinstance(raw, list):
+        raise ConfigError(source, f"callbacks: expected a list of entries, found {clip(raw)}", field="callbacks")
+    rules = [_entry(source, i, e) for i, e in enumerate(raw)]
+    if policy == "fp":
+        missing = [i for i, r in enumerate(rules) if r.timing.priority is None]
+        if missing:
+            raise ConfigError(source, f"callbacks[{missing[0]}]: policy fp needs a 'priority:' on every entry",
+                              field="priority")
+    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source)
+
+
+def load_config(config: str | Path | dict[str, Any] | ExecutorConfig | None) -> ExecutorConfig:
+    """The executor's configuration from a file path, a mapping, or None (every default)."""
+    if config is None:
+        return ExecutorConfig()
+    if isinstance(config, ExecutorConfig):
+        return config
+    if isinstance(config, dict):
+        return parse_config(config, "<config>")
+    return parse_config(load_yaml(config), str(config))

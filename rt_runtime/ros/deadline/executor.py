@@ -1,0 +1,392 @@
+"""DeadlineExecutor: an ``rclpy`` executor that runs existing nodes' callbacks as jobs, most urgent first.
+
+    ex = DeadlineExecutor()                 # or DeadlineExecutor("callbacks.yaml"), workers=2, policy="rm"
+    rclpy.spin(node, executor=ex)           # or ex.add_node(node); ex.spin(); ex.shutdown()
+
+The wait set, the taking of data and the callback groups are rclpy's own (``Executor.
+_wait_for_ready_callbacks`` and the handlers its ``_make_handler`` builds), so every kind of entity
+behaves as under rclpy's executors. What changes is the order: each ready entity's handler becomes a
+``Job`` (release, deadline, budget; ``jobs.py``) in a ``ReadyQueue`` keyed by the policy, and the most
+urgent job whose callback group is free runs next. Before each job the executor polls the wait set
+(timeout 0) when jobs are waiting, so a more urgent arrival overtakes queued ones. A job is judged when
+it returns (``jobs.judge``): a miss or an overrun is counted, traced, and its reaction (skip or
+degrade) applied to the callback's next release; ``abort`` drops a job not started by its deadline.
+
+``workers: 1`` runs callbacks in the spinning thread (where a SingleThreadedExecutor is used); N > 1
+runs them on N threads while the spinning thread waits, with the same ordering, mutually exclusive
+groups never at once (a group is held from pick to return, besides rclpy's own check).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.client import Client
+from rclpy.executors import (ConditionReachedException, Executor, ExternalShutdownException, ShutdownException,
+                             TimeoutException, TimeoutObject)
+from rclpy.service import Service
+from rclpy.subscription import Subscription
+from rclpy.task import Future, Task
+from rclpy.timer import Timer
+
+from ...core.units import format_duration
+from ...sched.events import REACT_ABORT, REACT_DEGRADE, REACT_NONE, REACT_SKIP
+from ...sched.events import EventKind as K
+from ...sched.policy import as_policy
+from .config import ExecutorConfig, load_config
+from .jobs import Callback, Job, ReadyQueue, judge, late_at_start, rank
+
+_REACT = {"none": REACT_NONE, "skip": REACT_SKIP, "abort": REACT_ABORT, "degrade": REACT_DEGRADE}
+_DRAIN_NS = 1_000_000_000   # the trace ring is drained at most once a second, before the executor waits
+_Timeout = Optional[Union[float, TimeoutObject]]
+
+
+def _describe(entity: Any) -> tuple[str, str | int | None, str]:
+    """(kind, selector key, name part) of an rclpy entity."""
+    if isinstance(entity, Timer):
+        p = entity.timer_period_ns
+        return "timer", p, f"timer:{format_duration(p)}"
+    if isinstance(entity, Subscription):
+        return "subscription", entity.topic_name, f"sub:{entity.topic_name}"
+    if isinstance(entity, Service):
+        return "service", entity.srv_name, f"srv:{entity.srv_name}"
+    if isinstance(entity, Client):
+        return "client", entity.srv_name, f"client:{entity.srv_name}"
+    if entity is None:
+        return "task", None, "task"
+    return "waitable", type(entity).__name__, f"waitable:{type(entity).__name__}"
+
+
+class DeadlineExecutor(Executor):
+    """An rclpy executor scheduling callbacks by deadline (EDF) or fixed priority (RM, DM, FP)."""
+
+    def __init__(self, config: str | Path | dict[str, Any] | ExecutorConfig | None = None, *,
+                 workers: int | None = None, policy: str | None = None, trace: str | Path | None = None,
+                 context: Any = None) -> None:
+        super().__init__(context=context)
+        self.config = load_config(config)
+        self.policy = as_policy(policy or self.config.policy)
+        self.workers = int(workers or self.config.workers)
+        self._queue = ReadyQueue(self.policy)
+        self._cond = threading.Condition()
+        self._callbacks: dict[Any, Callback] = {}      # entity -> its Callback
+        self._names: set[str] = set()
+        self._queued: dict[Task, Job] = {}             # handlers released and not yet run
+        self._started: dict[Task, Job] = {}            # handlers run once and suspended (a coroutine awaiting)
+        self._busy: set[int] = set()                   # mutually exclusive groups held by a running job
+        self._blocked = False                          # the last pick found jobs, none of them eligible
+        self._errors: list[BaseException] = []
+        self._threads: list[threading.Thread] = []
+        self._stop = False
+        self._t0 = time.monotonic_ns()
+        self._t_spin: int | None = None   # the first spin: nothing is released earlier (a timer made before it)
+        path = trace or self.config.trace
+        self._ring = self._writer = None
+        if path:
+            from ...trace import TraceRing, TraceWriter
+            self._ring = TraceRing()
+            self._writer = TraceWriter(path, self._ring)
+        self._emit = self._ring.emit if self._ring is not None else None
+        self._last_drain = self._t0
+
+    # --- the callbacks and their jobs ---------------------------------------------------------------------
+    def callbacks(self) -> dict[str, Callback]:
+        """Every callback seen so far, by name (``node/timer:100ms``, ``node/sub:/topic``, ...)."""
+        with self._cond:
+            return {c.name: c for c in self._callbacks.values()}
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Per-callback counts: released, missed, overruns, skipped, aborted, degraded, errors."""
+        return {n: c.stats() for n, c in sorted(self.callbacks().items())}
+
+    def _callback(self, entity: Any, node: Any) -> Callback:
+        cb = self._callbacks.get(entity)
+        if cb is not None:
+            return cb
+        kind, key, part = _describe(entity)
+        names = (node.get_name(), node.get_fully_qualified_name()) if node is not None else ("",)
+        name = f"{names[0]}/{part}" if node is not None else part
+        base, n = name, 2
+        while name in self._names:
+            name, n = f"{base}#{n}", n + 1
+        self._names.add(name)
+        cb = Callback(name, kind, self.config.timing(names, kind, key), self.config.default_deadline_ns,
+                      period_ns=key if kind == "timer" else None)
+        self._callbacks[entity] = cb
+        if self.policy.fixed:
+            rank(self.policy, self._callbacks.values())
+            self._queue.rekey()
+        return cb
+
+    def _make_handler(self, entity: Any, node: Any, take: Callable[[Any], Any]) -> Task:
+        """rclpy's handler for a ready entity, released as a job (rclpy calls this from the wait loop)."""
+        now = time.monotonic_ns()
+        with self._cond:
+            cb = self._callback(entity, node)
+            release = now
+            if cb.kind == "timer":   # the timer's expiry, not when the wait noticed it
+                due = entity.time_until_next_call()
+                if due is not None and due < 0:
+                    release = max(now + due, self._t_spin or now)
+            job = cb.release(release, cb.kind == "subscription")
+        handler = super()._make_handler(entity, node, partial(self._take, job, take))
+        job.handler, job.entity, job.node = handler, entity, node
+        with self._cond:
+            self._queued[handler] = job
+            self._queue.push(job)
+            self._cond.notify()
+        if self._emit is not None:
+            self._emit(K.RELEASE, release - self._t0, cb.name, job.index, 0, int(job.message))
+        return handler
+
+    def _take(self, job: Job, take: Callable[[Any], Any], entity: Any) -> Any:
+        """Take the entity's data (rclpy's ``_take_*``), then run the callback, nothing, or its fallback."""
+        if job.action == "none":
+            return take(entity)
+        coro = take(entity)
+        if coro is None:
+            return None
+        if job.action == "skip":
+            job.cb.skipped += 1
+            return None
+        job.cb.degraded += 1
+        fallback, args = job.cb.timing.fallback, getattr(coro, "args", ())
+
+        async def degraded() -> None:
+            fallback(*args)
+        return degraded
+
+    def _take_subscription(self, sub: Subscription) -> Any:
+        """rclpy's take, plus the middleware's receive time (the arrival a derived deadline is measured on)."""
+        try:
+            with sub.handle:
+                info = sub.handle.take_message(sub.msg_type, sub.raw)
+        except Exception:  # noqa: BLE001 - rclpy's InvalidHandle: the subscription was destroyed
+            return None
+        if info is None:
+            return None
+        cb = self._callbacks.get(sub)
+        if cb is not None:
+            received = info[1].get("received_timestamp") if len(info) > 1 and info[1] else None
+            cb.arrival(int(received) if received else time.monotonic_ns())
+        args = (info[0],) if sub._callback_type is Subscription.CallbackType.MessageOnly else tuple(info)
+
+        async def _execute() -> None:
+            r = sub.callback(*args)
+            if hasattr(r, "__await__"):
+                await r
+        _execute.args = args   # type: ignore[attr-defined] - what a degraded release hands the fallback
+        return _execute
+
+    def _eligible(self, job: Job) -> bool:
+        g = job.entity.callback_group if job.entity is not None else None
+        if g is None or isinstance(g, ReentrantCallbackGroup):
+            return True
+        return id(g) not in self._busy and (job.cb.kind == "task" or g.can_execute(job.entity))
+
+    def _pick(self) -> Job | None:
+        """The most urgent job that may run now, its group held (lock held by the caller)."""
+        job = self._queue.pop(self._eligible)
+        self._blocked = job is None and len(self._queue) > 0
+        if job is None:
+            return None
+        self._queued.pop(job.handler, None)
+        g = job.entity.callback_group if job.entity is not None else None
+        if g is not None and not isinstance(g, ReentrantCallbackGroup):
+            self._busy.add(id(g))
+        return job
+
+    def _run(self, job: Job, worker: int) -> None:
+        """Run one job on this thread, time it, judge it, trace it."""
+        emit, cb, t0 = self._emit, job.cb, time.monotonic_ns()
+        handler = job.handler
+        cont = job.action == "cont"
+        if not cont and job.action == "none" and late_at_start(job, t0):
+            job.action = "skip"   # its data is taken and dropped: the callback does not run
+            cb.aborted += 1
+            cb.missed += 1
+            cb.skipped -= 1       # the take below counts it as skipped; it was aborted
+            if emit is not None:
+                t = t0 - self._t0
+                emit(K.MISS, t, cb.name, job.index, -1, 0)
+                emit(K.REACTION, t, cb.name, job.index, REACT_ABORT, 0)
+                emit(K.ABORT, t, cb.name, job.index, -1, 0)
+        elif emit is not None and not cont:
+            emit(K.START, t0 - self._t0, cb.name, job.index, worker, int(job.action == "degrade"))
+            emit(K.OP_START, t0 - self._t0, cb.name, job.index, 0, worker)
+        try:
+            handler()
+        finally:
+            t1 = time.monotonic_ns()
+            g = job.entity.callback_group if job.entity is not None else None
+            with self._cond:
+                if g is not None:
+                    self._busy.discard(id(g))
+                if not handler.done():
+                    self._started[handler] = job
+                else:
+                    self._started.pop(handler, None)
+                verdict = None if cont or job.action == "skip" else judge(job, t1, t1 - t0)
+                self._cond.notify_all()
+        exc = handler.exception() if handler.done() else None
+        if exc is not None:
+            cb.errors += 1
+        if verdict is not None and emit is not None:
+            t, name, j = t1 - self._t0, cb.name, job.index
+            emit(K.OP_END, t, name, j, 0, worker)
+            emit(K.FINISH, t, name, j, t1 - t0, worker)
+            if verdict.overran:
+                emit(K.OVERRUN, t, name, j, t1 - t0, cb.timing.budget_ns or 0)
+            if verdict.missed:
+                emit(K.MISS, t, name, j, worker, 1)
+            if verdict.reaction != "none":
+                emit(K.REACTION, t, name, j, _REACT[verdict.reaction], int(verdict.reaction == "degrade"))
+        if exc is not None:
+            raise exc
+
+    # --- waiting ------------------------------------------------------------------------------------------
+    def _gather(self, timeout_sec: _Timeout, condition: Callable[[], bool]) -> None:
+        """One pass of rclpy's wait loop: every ready entity released as a job (in ``_make_handler``);
+        tasks (``create_task``, a future's done callbacks) and suspended coroutines queued as well."""
+        if self._writer is not None and timeout_sec != 0:
+            now = time.monotonic_ns()
+            if now - self._last_drain > _DRAIN_NS:
+                self._last_drain = now
+                self._writer.drain()
+        gen = self._wait_for_ready_callbacks(timeout_sec, None, condition)
+        try:
+            for handler, entity, node in gen:
+                with self._cond:
+                    if handler in self._queued:
+                        continue
+                    job = self._started.get(handler)
+                    if job is not None:   # a coroutine resumed: its job goes on, under its own key
+                        cont = Job(job.cb, job.index, job.release_ns, job.deadline_ns, job.message, "cont",
+                                   handler, entity, node)
+                        self._queued[handler] = cont
+                        self._queue.push(cont)
+                        self._cond.notify()
+                        continue
+                    cb = self._callback(entity, node)
+                    job = cb.release(time.monotonic_ns(), False)
+                    job.handler, job.entity, job.node = handler, entity, node
+                    self._queued[handler] = job
+                    self._queue.push(job)
+                    self._cond.notify()
+                break   # a new task runs before the executor waits (as under rclpy's executors)
+        except (TimeoutException, ShutdownException, ConditionReachedException, ExternalShutdownException):
+            pass
+        finally:
+            gen.close()
+
+    def _spin_once_impl(self, timeout_sec: _Timeout = None, condition: Callable[[], bool] = lambda: False) -> None:
+        self._raise_worker_error()
+        if self._t_spin is None:
+            self._t_spin = time.monotonic_ns()
+        if self.workers > 1:
+            self._start_workers()
+            self._gather(timeout_sec, condition)
+            self._raise_worker_error()
+            return
+        with self._cond:
+            waiting = len(self._queue) > 0 and not self._blocked
+        self._gather(0 if waiting else timeout_sec, condition)
+        with self._cond:
+            job = self._pick()
+        if job is not None:
+            self._run(job, 0)
+
+    def spin_once(self, timeout_sec: Optional[float] = None) -> None:
+        """Wait for work (at most ``timeout_sec``) and run the most urgent ready callback."""
+        self._spin_once_impl(timeout_sec)
+
+    def _spin_once_until_future_complete(self, future: Future, timeout_sec: _Timeout = None) -> None:
+        self._spin_once_impl(timeout_sec, future.done)
+
+    def spin_once_until_future_complete(self, future: Future, timeout_sec: _Timeout = None) -> None:
+        """As ``spin_once``, returning early once ``future`` is done."""
+        future.add_done_callback(lambda _: self.wake())
+        self._spin_once_until_future_complete(future, timeout_sec)
+
+    # --- workers ------------------------------------------------------------------------------------------
+    def _start_workers(self) -> None:
+        if self._threads:
+            return
+        for w in range(self.workers):
+            t = threading.Thread(target=self._worker, args=(w,), name=f"rt-deadline-{w}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _worker(self, w: int) -> None:
+        self._realtime(w)
+        while True:
+            with self._cond:
+                job = None if self._stop else self._pick()
+                while job is None and not self._stop:
+                    self._cond.wait()
+                    job = self._pick()
+                if job is None:
+                    return
+            try:
+                self._run(job, w)
+            except BaseException as e:  # noqa: BLE001 - the spinning thread raises it, as rclpy's executors do
+                with self._cond:
+                    self._errors.append(e)
+                self.wake()
+
+    def _realtime(self, w: int) -> None:
+        rt = self.config.realtime
+        if rt is None or not rt.enabled:
+            return
+        from ...sched.threads import make_realtime
+        cpus = [rt.cpus[w % len(rt.cpus)]] if rt.cpus else None
+        make_realtime(cpus, rt.priority, f"deadline executor worker {w}")
+
+    def _raise_worker_error(self) -> None:
+        if self._errors:
+            with self._cond:
+                err, self._errors = self._errors[0], []
+            raise err
+
+    # --- nodes and shutdown -------------------------------------------------------------------------------
+    def remove_node(self, node: Any) -> None:
+        """Stop managing ``node``: its queued jobs are dropped and its entities waited on again elsewhere."""
+        super().remove_node(node)
+        with self._cond:
+            for job in self._queue.remove(lambda j: j.node is not node):
+                self._queued.pop(job.handler, None)
+                if job.entity is not None:
+                    job.entity._executor_event = False
+
+    def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
+        """Stop: wait for running callbacks, stop the workers, write the trace (if one was asked for)."""
+        ok = super().shutdown(timeout_sec)
+        with self._cond:
+            self._stop = True
+            for job in self._queue.remove(lambda j: False):
+                if job.entity is not None:
+                    job.entity._executor_event = False
+            self._queued.clear()
+            self._cond.notify_all()
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join(timeout_sec if timeout_sec is not None and timeout_sec >= 0 else None)
+        self._threads = []
+        self.write_trace()
+        return ok
+
+    def write_trace(self) -> Path | None:
+        """Write the .rttrace now (shutdown does); None without a trace path."""
+        if self._writer is None:
+            return None
+        from .record import trace_meta
+        self._writer.meta = trace_meta(self)
+        path = self._writer.close()
+        self._writer = None
+        self._emit = None
+        return path
