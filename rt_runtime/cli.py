@@ -58,11 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `rt-runtime` console script."""
-    parser = build_parser()
     try:
+        parser = build_parser()   # imports every subcommand's module: a Ctrl-C may land here
         args = parser.parse_args(argv)
     except SystemExit as e:   # --help (0), or a bad flag: one line printed, status 2 (commands/args.py)
         return e.code if isinstance(e.code, int) else 2
+    except KeyboardInterrupt:
+        print("rt-runtime: interrupted by SIGINT while starting", file=sys.stderr)
+        return 130
     if getattr(args, "_module", None) is None:
         parser.print_help()
         return 2

@@ -105,3 +105,21 @@ def test_a_renderer_killed_mid_run_ends_sim_in_one_line(tmp_path):
     assert p.returncode == 1, (p.returncode, err)
     one_line(own_lines(err), "rt-runtime sim: error: a process rendering sensor frames ended abruptly")
     assert os.listdir(tmp_path) == []   # nothing kept, nothing half-written
+
+
+def test_a_ctrl_c_while_the_commands_load_is_one_line_not_a_traceback(capsys, monkeypatch):
+    # The subcommands' modules are imported before parsing (torch among them: seconds on a busy
+    # machine); a SIGINT there raised KeyboardInterrupt out of main with a traceback.
+    from rt_runtime import cli
+
+    def interrupted(name: str, *a, **k):
+        if name.startswith("rt_runtime.commands."):
+            os.kill(os.getpid(), signal.SIGINT)   # the real signal, handled by Python's default handler
+            time.sleep(1)
+        return real(name, *a, **k)
+
+    real = cli.importlib.import_module
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    assert cli.main(["check", "config/stack.yaml"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == ["rt-runtime: interrupted by SIGINT while starting"]
