@@ -72,3 +72,43 @@ def test_a_lost_bet_says_which_job_and_stops_the_run() -> None:
     assert ref_stats["cam"]["errors"] == 1   # parallel commit: the job that raised is aborted, unpublished
     with pytest.raises(Mispredicted, match=r"task 'cam' job \d+, published at its deadline on a bet: op error"):
         run(2, True, fail_at=10.0)
+
+
+def test_a_chain_member_settles_bets_before_its_full_channel_grows(monkeypatch) -> None:
+    """A chain member's slots are reserved through the one release path (scheduler.admit): where its
+    channel is full of slots held by bets, the oldest bets are settled, as for any task, instead of the
+    channel growing a slot (chains.open_instance reserved directly, skipping that, on 43d92bc)."""
+    import rt_runtime.sched.runtime as runtime_mod
+    from rt_runtime.core import Task, TensorSpec
+    from rt_runtime.core.chain import Chain
+    from rt_runtime.sched import RecordingSink, VirtualClock
+    from rt_runtime.sched.budget import BudgetCost
+
+    monkeypatch.setattr(runtime_mod, "BETS_AHEAD", 0)   # no spare slots: every full channel must settle a bet
+    ms = 1_000_000
+    x, y = TensorSpec("x", (4,), "float32"), TensorSpec("y", (4,), "float32")
+
+    def quick(a: torch.Tensor, o: torch.Tensor) -> None:
+        torch.add(a, 1.0, out=o)
+
+    def slow_op(a: torch.Tensor, o: torch.Tensor) -> None:
+        time.sleep(0.01)   # the driver, booking on the virtual clock, runs far ahead of this computation
+        torch.mul(a, 2.0, out=o)
+
+    bs = [TaskBinding(Task("head", 10 * ms, 1 * ms, trigger="/in"), Graph("h", [Op("h", quick, (x,), (y,))], [x], ["y"]),
+                      inputs={"x": "/in"}, outputs={"y": "/h"}),
+          TaskBinding(Task("member", 10 * ms, 2 * ms), Graph("m", [Op("m", slow_op, (x,), (y,))], [x], ["y"]),
+                      inputs={"x": "/h"}, outputs={"y": "/m"})]
+    out: list = []
+    rt = Runtime(bs, clock=VirtualClock(), cost=BudgetCost(bs), sink=RecordingSink(), parallel=2, optimistic=True,
+                 egress=lambda ch, t, seq, d: out.append((ch, t, d.tolist())),
+                 chains=[Chain("hm", ("head", "member"), 8 * ms)], check_inputs=False)
+    try:
+        for k in range(30):
+            rt.push("/in", k * 10 * ms, torch.full((4,), float(k)))
+        rt.run_until(320 * ms)
+    finally:
+        rt.close()
+    assert rt.sched.par.bets > 10   # the member's results were published before they were computed
+    assert sorted({d[0] for ch, _, d in out if ch == "/m"}) == [2.0 * (k + 1) for k in range(30)]
+    assert rt.channel_stats()["/m"]["grows"] == 0

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .events import DROP_BACKLOG, DROP_NO_INPUT, EventKind
+from .events import DROP_NO_INPUT, EventKind
 from .job import ABORTED, READY, WAITING, RunJob, TaskState
-from .let import snapshot
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -93,29 +92,17 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         ts = chain.members[k]
         if reserved(ts):
             continue   # released on its own period while degraded
-        idx = ts.next_index
-        ts.next_index = idx + 1
-        if ts.active >= s.max_active:
-            ts.c["dropped_releases"] += 1
-            s.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
-            return   # the rest of the chain cannot run either
-        job = RunJob(ts, idx, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r))
-        job.state = WAITING
         # Counted released with its instance, at r: when it is queued (its predecessor's finish) depends on
         # how fast the machine computes, and the LET counters replay diagnostics carry must not.
-        ts.c["released"] += 1
+        job = s.admit(ts, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r), False, ts.chain_skip)
+        if job is None:
+            return   # backlog, or a required input never written yet: neither it nor the members after it run
+        job.state = WAITING
         job.chain_run = run
-        if snapshot(s, ts, job, r, skip=ts.chain_skip) is None:
-            return   # a required input never written yet: neither it nor the members after it run
         job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
-        if ts.writers:
-            job.outs = [ch.reserve() for _, ch in ts.writers]
-        job.fallback = ts.mode
-        ex = job.executor = ts.executors[ts.mode]
-        job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
-        ts.active += 1
+        s.arm(job, r)
         run.jobs[k] = job
-        s.schedule((run.end_ns, 0, ts.name, idx, job))
+        s.schedule((run.end_ns, 0, ts.name, job.index, job))
         if job.fallback and ts.fallback_alone:
             # Its fallback reads nothing the members before it write: waiting for them would only let a
             # slow upstream starve the minimal-risk plan.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections import deque
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from .chains import (arm_timeout, chain_bound, next_on_grid, open_instance, release_next, reserved, reserved_release,
                      timeout)
@@ -213,9 +213,6 @@ class Scheduler:
 
     def release(self, ts: TaskState, r: int) -> None:
         """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
-        idx = ts.next_index
-        ts.next_index = idx + 1
-        tr = self.tr
         if ts.triggered:
             ts.pending_release = False
             ts.last_release = r
@@ -223,17 +220,19 @@ class Scheduler:
             ts.last_release = r
             if reserved(ts):
                 ts.stream = True
-                _push(self.timeline, (next_on_grid(ts, r), 2, ts.name, idx + 1, ts))
+                _push(self.timeline, (next_on_grid(ts, r), 2, ts.name, ts.next_index + 1, ts))
             else:
                 arm_timeout(self, ts, r)
         else:
-            _push(self.timeline, (r + ts.period, 2, ts.name, idx + 1, ts))
-        c = ts.c
-        if ts.active >= self.max_active:
-            c["dropped_releases"] += 1
-            if tr:
-                self.hot.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
-            if ts.trigger is not None:   # the message that released it is dropped with it
+            _push(self.timeline, (r + ts.period, 2, ts.name, ts.next_index + 1, ts))
+        d = r + ts.deadline
+        # A degraded task's fallback released on its own period runs ahead of every other job: the
+        # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
+        key = self.key(ts.prio, d, ts.name, r)
+        job = self.admit(ts, r, d, RESERVED + key if reserved(ts) else key, True,
+                         ts.chain_skip if ts.chain_pos > 0 and reserved(ts) else ())
+        if job is None:
+            if ts.trigger is not None and ts.active >= self.max_active:   # dropped with the message that released it
                 ch, rid = ts.trigger
                 s = ch.read(rid)
                 if s is not None:
@@ -241,25 +240,8 @@ class Scheduler:
                 if ts.triggered and ch.unread(rid):
                     self.trigger(ts, r)
             return
-        d = r + ts.deadline
-        key = self.key(ts.prio, d, ts.name, r)
-        # A degraded task's fallback released on its own period runs ahead of every other job: the
-        # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
-        job = RunJob(ts, idx, r, d, RESERVED + key if reserved(ts) else key)
-        c["released"] += 1
-        if tr:
-            self.hot.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
-        if ts.readers:
-            # A reserved chain member's fallback reads nothing its chain hands over: those inputs are not read.
-            stale = snapshot(self, ts, job, r, ts.chain_skip if ts.chain_pos > 0 and reserved(ts) else ())
-            if stale is None:
-                return
-            if ts.meta is not None:
-                ts.meta.bind(job.meta_block, job.inputs)
-            if tr:
-                self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
-        elif tr:
-            self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, 0, 0)
+        if ts.meta is not None and ts.readers:
+            ts.meta.bind(job.meta_block, job.inputs)
         if ts.trigger is not None and not ts.trigger_is_input:
             ch, rid = ts.trigger
             s = ch.read(rid)
@@ -268,16 +250,10 @@ class Scheduler:
                 ch.unpin(s)
         if job.stamp_ns < 0:
             job.stamp_ns = r   # a periodic task's outputs describe the world it read at its release
-        if ts.writers:
-            reserve(self, ts, job, r)
-        mode = ts.mode
-        job.fallback = mode
-        ex = job.executor = ts.executors[mode]
-        job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
-        ts.active += 1
+        self.arm(job, r)
         if ts.chain is not None and ts.chain_pos == 0:
             open_instance(self, job, r)   # the whole chain publishes at r + its deadline
-        _push(self.timeline, (job.deadline_ns, 0, ts.name, idx, job))
+        _push(self.timeline, (job.deadline_ns, 0, ts.name, job.index, job))
         if ts.spec is not None and ts.spec.on_release(job, r):
             # A cached hypothesis matched: its outputs are committed, the job finished at r. Its worker,
             # idle, may speculate for the next release now.
@@ -290,6 +266,45 @@ class Scheduler:
             self.trigger(ts, r)   # more queued messages: the next release, one inter-arrival later
         elif ts.join is not None and joined(ts):
             self.trigger(ts, r)
+
+    def admit(self, ts: TaskState, r: int, d: int, key: tuple, announce: bool,
+              skip: Collection[str] = ()) -> RunJob | None:
+        """The start every job shares, a task's or a chain member's: its index, the backlog check, its
+        count as released at ``r``, its LET read but of ``skip`` (``announce``: both traced now; a chain
+        member's are traced when its predecessor releases it). None: the job was dropped (backlog, or a
+        required input never written), counted and traced as such."""
+        idx = ts.next_index
+        ts.next_index = idx + 1
+        c = ts.c
+        if ts.active >= self.max_active:
+            c["dropped_releases"] += 1
+            if self.tr:
+                self.hot.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
+            return None
+        job = RunJob(ts, idx, r, d, key)
+        c["released"] += 1
+        if announce and self.tr:
+            self.hot.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
+        stale = 0
+        if ts.readers:
+            stale = snapshot(self, ts, job, r, skip)
+            if stale is None:
+                return None
+        if announce and self.tr:
+            self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
+        return job
+
+    def arm(self, job: RunJob, r: int) -> None:
+        """The end of every job's set-up: its output slots (through the commit's ``room``: a full channel
+        settles bets first), its executor for the task's mode, counted active."""
+        ts = job.ts
+        if ts.writers:
+            reserve(self, ts, job, r)
+        mode = ts.mode
+        job.fallback = mode
+        ex = job.executor = ts.executors[mode]
+        job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
+        ts.active += 1
 
     def queue(self, w: Any, job: RunJob) -> None:
         """Put a released job on its worker's ready queue (and wake the worker's thread, if any; with
