@@ -13,7 +13,7 @@ from typing import Any, Iterable, Sequence
 from .plots import figures, png_bytes
 from .trace_report import TraceReport
 
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+REPORT_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 td:first-child,th:first-child{text-align:left}
@@ -21,7 +21,8 @@ tr.bad td{background:#fde8e8} .verdict{font-weight:bold} img{max-width:100%;marg
 code{background:#f4f4f4;padding:0 3px}"""
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[Any]], bad: Iterable[bool] | None = None) -> str:
+def html_table(head: Sequence[str], rows: Iterable[Sequence[Any]], bad: Iterable[bool] | None = None) -> str:
+    """An HTML table in the reports' look; rows flagged in ``bad`` are highlighted."""
     flags = list(bad) if bad is not None else None
     out = ["<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"]
     for i, row in enumerate(rows):
@@ -43,7 +44,7 @@ def render_html(rep: TraceReport, source: str = "") -> str:
     doc = rep.to_json()
     tr = doc["trace"]
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>rt-runtime analyze {html.escape(source)}"
-             f"</title><style>{_CSS}</style></head><body>",
+             f"</title><style>{REPORT_CSS}</style></head><body>",
              f"<h1>Trace analysis</h1><p><code>{html.escape(source)}</code>: {tr['events']} events, "
              f"{tr['start_ms']:.2f}..{tr['end_ms']:.2f} ms, policy {html.escape(str(tr['policy']))}, "
              f"{tr['workers']} worker(s), {html.escape(str(tr['clock']))} clock; config "
@@ -51,7 +52,7 @@ def render_html(rep: TraceReport, source: str = "") -> str:
     if rep.rta is not None:
         parts.append(f"<p class='verdict'>{html.escape(rep.rta['verdict'])}</p>")
     parts.append("<h2>Tasks</h2>")
-    parts.append(_table(
+    parts.append(html_table(
         ["task", "jobs", "misses", "ratio", "resp p50", "p90", "p99", "max", "exec p50", "p99", "max", "budget",
          "jitter", "min slack", "aborted", "overruns"],
         [[t["name"], t["jobs"], t["misses"], t["miss_ratio"], *t["response_ms"].values(), *t["exec_ms"].values(),
@@ -63,7 +64,7 @@ def render_html(rep: TraceReport, source: str = "") -> str:
         parts.append(f"<img alt='{stem}' src='data:image/png;base64,{figs.pop(stem)}'>")
     parts.append(f"<h2>Deadline misses ({len(rep.misses)})</h2>")
     if rep.misses:
-        parts.append(_table(
+        parts.append(html_table(
             ["job", "release", "deadline", "finish", "late by", "cause", "own", "interference", "blocking",
              "late start", "other", "what the time went to"],
             [[f"{a.task}#{a.job}", a.release_ns / 1e6, a.deadline_ns / 1e6,
@@ -77,14 +78,14 @@ def render_html(rep: TraceReport, source: str = "") -> str:
     else:
         parts.append("<p>No deadline missed.</p>")
     parts.append("<h2>Ops</h2>")
-    parts.append(_table(["task/op", "count", "p50", "p90", "p99", "max"],
+    parts.append(html_table(["task/op", "count", "p50", "p90", "p99", "max"],
                         [[f"{o['task']}/{o['op']}", o["count"], o["p50_ms"], o["p90_ms"], o["p99_ms"], o["max_ms"]]
                          for o in sorted(doc["ops"], key=lambda o: (o["task"], o["fallback"], o["index"]))]))
     worst = [[t["name"], ", ".join(f"{w['op']} {w['share'] * 100:.0f}% ({w['excess_ms']:+.2f} ms vs median)"
                                    for w in t["worst_case_ops"][:3])] for t in doc["tasks"] if t["worst_case_ops"]]
     if worst:
         parts.append("<h3>Ops in each task's worst jobs (execution time at or above its p99)</h3>")
-        parts.append(_table(["task", "ops (share of the time)"], worst))
+        parts.append(html_table(["task", "ops (share of the time)"], worst))
     parts.append("<h2>Cause-effect chains</h2>")
     if doc["chains"]:
         rows, bad = [], []
@@ -96,13 +97,13 @@ def render_html(rep: TraceReport, source: str = "") -> str:
                              key.replace("_", " "), p["p50"], p["p99"], p["max"], v.get("bound_ms"), v.get("bound"),
                              v.get("ratio"), v.get("per_hop_let_ms")])
                 bad.append(v.get("ratio") is not None and v["ratio"] < 1)
-        parts.append(_table(["chain", "measure", "p50", "p99", "max", "bound (rt-runtime check)", "which bound",
+        parts.append(html_table(["chain", "measure", "p50", "p99", "max", "bound (rt-runtime check)", "which bound",
                              "bound / max", "per-hop LET"], rows, bad))
     else:
         parts.append("<p>No chain: none configured, and no task wiring in the configuration.</p>")
     if rep.rta is not None and rep.rta.get("tasks"):
         parts.append("<h2>Schedulability: the analysis of rt-runtime check with the observed execution times</h2>")
-        parts.append(_table(["task", "worker", "released by", "budget", "observed max exec", "blocking", "response",
+        parts.append(html_table(["task", "worker", "released by", "budget", "observed max exec", "blocking", "response",
                              "deadline", "schedulable", "needs", "check: response", "check: schedulable"],
                             [[r["name"], r["worker"], r["released_by"], r["budget_ms"], r["observed_wcet_ms"],
                               r["blocking_ms"], r["response_time_ms"], r["deadline_ms"], r["schedulable"],

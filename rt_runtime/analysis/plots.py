@@ -19,7 +19,8 @@ from .trace_report import TraceReport
 WORST_MISSES = 3   # timelines drawn: the misses that were latest
 
 
-def _plt() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)   # never a display: this runs on CI machines and servers
@@ -30,7 +31,7 @@ def _plt() -> Any:
 
 def response_cdf(rep: TraceReport) -> Any:
     """One figure: the empirical CDF of each task's response times, deadlines dotted."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, t in enumerate(rep.tasks):
         if not len(t.response_ns):
@@ -51,7 +52,7 @@ def response_cdf(rep: TraceReport) -> Any:
 
 def exec_histograms(rep: TraceReport) -> Any:
     """One panel per task: histogram of execution times, the budget as a red line."""
-    plt = _plt()
+    plt = pyplot()
     tasks = [t for t in rep.tasks if len(t.exec_ns)] or rep.tasks[:1]
     cols = min(3, len(tasks)) or 1
     rows = -(-len(tasks) // cols) or 1
@@ -74,7 +75,7 @@ def exec_histograms(rep: TraceReport) -> Any:
 
 def timeline(rep: TraceReport, miss: MissAccount) -> Any:
     """Gantt chart of every op that ran around one missed job."""
-    plt = _plt()
+    plt = pyplot()
     tr = rep.trace
     d = max(miss.deadline_ns - miss.release_ns, 1)
     lo = miss.release_ns - d // 4
@@ -124,7 +125,7 @@ def png_bytes(fig: Any) -> bytes:
     """The figure as PNG bytes; the figure is closed (matplotlib keeps every open figure alive)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
-    _plt().close(fig)
+    pyplot().close(fig)
     return buf.getvalue()
 
 

@@ -32,7 +32,7 @@ from .types import new_typestore
 
 # Damaged chunks already reported in this process (by text: bag and byte): a replay that reports one
 # is not followed by the same warning from each later reader of that bag (the quality measures).
-_DAMAGE_REPORTED: set[str] = set()
+DAMAGE_REPORTED: set[str] = set()
 
 # What the bag library's open raises on damaged bytes, besides its ReaderError: a file that ends right
 # after its magic (TypeError from ord(b'')), a cut record (struct.error), a missing index (AssertionError).
@@ -196,9 +196,9 @@ class BagReader:
         if self._reader is not None:
             for m in self._ordered(self._indexed(wanted, start_ns, stop_ns)):
                 if m.damage is not None:
-                    if not damaged and m.damage[1] not in _DAMAGE_REPORTED:
+                    if not damaged and m.damage[1] not in DAMAGE_REPORTED:
                         warnings.warn(f"{m.damage[1]}; its messages are skipped", BagWarning, stacklevel=2)
-                    _DAMAGE_REPORTED.add(m.damage[1])
+                    DAMAGE_REPORTED.add(m.damage[1])
                     if not damaged:
                         continue
                 yield m

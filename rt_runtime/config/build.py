@@ -16,9 +16,9 @@ from ..core.units import clip
 from ..device.base import tensor_device
 from ..sched import TaskBinding
 from ..sched.budget import check_op_budgets
-from .stack import StackConfig, _fail, _mapping, _op_budgets, resolve
-from .taskset import fallback_budget
-from .taskset import ConfigError
+from .fields import fail, name_map, parse_op_budgets, resolve
+from .model import StackConfig
+from .taskset import ConfigError, fallback_budget, parse_join
 from .wiring import channel_problems, egress_problems, initial_problems, raise_all
 
 
@@ -39,12 +39,12 @@ def _graph(cfg: StackConfig, task: str, key: str, device: str) -> Graph | None:
             value: Any = args
             for part in path:
                 value = value[part]
-            raise _fail(cfg.source, f"task '{task}': {'.'.join([args_key, *path])}", f"{e[key]} cannot use "
+            raise fail(cfg.source, f"task '{task}': {'.'.join([args_key, *path])}", f"{e[key]} cannot use "
                         f"{clip(value)} ({why})", task=task, fld=args_key) from None
         said = f"rejected its arguments ({e_})" if isinstance(e_, TypeError) else f"raised {why}"
-        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} {said}", task=task) from None
+        raise fail(cfg.source, f"task '{task}': {key}", f"{e[key]} {said}", task=task) from None
     if not isinstance(graph, Graph):
-        raise _fail(cfg.source, f"task '{task}': {key}", f"{e[key]} returned {type(graph).__name__}, not a Graph",
+        raise fail(cfg.source, f"task '{task}': {key}", f"{e[key]} returned {type(graph).__name__}, not a Graph",
                     task=task)
     return graph
 
@@ -78,10 +78,10 @@ def _initial(cfg: StackConfig, task: str, device: str) -> Mapping[str, Any]:
     try:
         values = fn(device=device)
     except Exception as e:  # noqa: BLE001 - the user's code
-        raise _fail(cfg.source, f"task '{task}': initial", f"{ref} raised {type(e).__name__}: {e}", task=task,
+        raise fail(cfg.source, f"task '{task}': initial", f"{ref} raised {type(e).__name__}: {e}", task=task,
                     fld="initial") from None
     if not isinstance(values, Mapping):
-        raise _fail(cfg.source, f"task '{task}': initial", f"{ref} returned {type(values).__name__}, not a mapping "
+        raise fail(cfg.source, f"task '{task}': initial", f"{ref} returned {type(values).__name__}, not a mapping "
                     f"of input names to values", task=task, fld="initial")
     return values
 
@@ -99,15 +99,15 @@ def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None
     try:
         hypotheses = factory(**spec.args)
     except (TypeError, ValueError) as e:
-        raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} rejected its arguments "
+        raise fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} rejected its arguments "
                     f"({e})", task=task, fld="speculate") from None
     except Exception as e:  # noqa: BLE001 - the user's factory
-        raise _fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} raised "
+        raise fail(cfg.source, f"task '{task}': speculate.hypotheses", f"{spec.hypotheses} raised "
                     f"{type(e).__name__}: {e}", task=task, fld="speculate") from None
     out = Speculate(hypotheses, k=spec.k, atol=spec.atol, rows=spec.rows, margin=spec.margin, wait_for=spec.wait_for)
     bad = out.problem(graph) if graph is not None else None
     if bad is not None:
-        raise _fail(cfg.source, f"task '{task}': speculate.{bad[0]}", bad[1], task=task, fld="speculate")
+        raise fail(cfg.source, f"task '{task}': speculate.{bad[0]}", bad[1], task=task, fld="speculate")
     return out
 
 
@@ -129,7 +129,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
         e = cfg.entries[task.name]
         graph = _graph(cfg, task.name, "graph", device)
         fallback = _graph(cfg, task.name, "fallback", device)
-        inputs = _mapping(e.get("inputs"), cfg.source, f"task '{task.name}': inputs", task.name)
+        inputs = name_map(e.get("inputs"), cfg.source, f"task '{task.name}': inputs", task.name)
         executor = None
         if e.get("redundancy") is not None:   # validated (and its budget multiplied) by parse_task
             from ..safety.redundancy import Redundant
@@ -138,7 +138,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
             spec = parse_redundancy(e["redundancy"])
             loose = [o.name for o in graph.ops if not o.deterministic] if graph is not None else []
             if spec is not None and spec.mode != "invariants" and spec.compare == "exact" and loose:
-                raise _fail(cfg.source, f"task '{task.name}': redundancy", f"exact comparison needs deterministic "
+                raise fail(cfg.source, f"task '{task.name}': redundancy", f"exact comparison needs deterministic "
                             f"ops; {loose} are not (give atol/rtol)", task=task.name, fld="redundancy")
             if spec is not None and graph is not None and spec.checks:
                 from ..safety.invariants import referenced, referenced_inputs
@@ -147,19 +147,19 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
                 unknown = sorted((referenced(spec.checks) - outs)
                                  | (referenced_inputs(spec.checks) - outs - {s.name for s in graph.inputs}))
                 if unknown:
-                    raise _fail(cfg.source, f"task '{task.name}': redundancy.checks", f"{unknown} are not outputs of "
+                    raise fail(cfg.source, f"task '{task.name}': redundancy.checks", f"{unknown} are not outputs of "
                                 f"graph '{graph.name}' (expected some of {sorted(s.name for s in graph.outputs)})",
                                 task=task.name, fld="redundancy")
             executor = Redundant(spec) if spec is not None else None
         try:
             binding = TaskBinding(
                 dataclasses.replace(task, graph=graph), graph, inputs=inputs,
-                outputs=_mapping(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
+                outputs=name_map(e.get("outputs"), cfg.source, f"task '{task.name}': outputs", task.name),
                 fallback=fallback, fallback_wcet_ns=fallback_budget(e, cfg.source, task.name),
                 on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
                 worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph),
-                op_budgets=_op_budgets(e, cfg.source, task.name), join=_join(e, cfg.source, task.name),
+                op_budgets=parse_op_budgets(e, cfg.source, task.name), join=_join(e, cfg.source, task.name),
                 optional=_optional(e, cfg.source, task.name))
             check_op_budgets(binding, binding.op_budgets)
         except (TaskError, ValueError) as err:
@@ -200,12 +200,10 @@ def run_chains(cfg: StackConfig, bindings: list[TaskBinding]) -> tuple[list[Chai
 
 def _join(entry: Mapping[str, Any], source: str, task: str) -> Any:
     """A ``trigger:`` mapping as a ``Join`` (validated by parse_task), else None."""
-    from .taskset import parse_join
-
     trig = entry.get("trigger")
     if not isinstance(trig, Mapping):
         return None
-    return parse_join(trig, lambda m: _fail(source, f"task '{task}': trigger", m, task=task, fld="trigger"))
+    return parse_join(trig, lambda m: fail(source, f"task '{task}': trigger", m, task=task, fld="trigger"))
 
 
 def _optional(entry: Mapping[str, Any], source: str, task: str) -> frozenset[str]:
@@ -214,6 +212,6 @@ def _optional(entry: Mapping[str, Any], source: str, task: str) -> frozenset[str
     if raw is None:
         return frozenset()
     if not isinstance(raw, list) or not all(isinstance(x, str) for x in raw):
-        raise _fail(source, f"task '{task}': optional", f"expected a list of input names, found {raw!r}", task=task,
+        raise fail(source, f"task '{task}': optional", f"expected a list of input names, found {raw!r}", task=task,
                     fld="optional")
     return frozenset(raw)

@@ -21,13 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..analysis.schedulability import POLICIES
 from ..core.task import CRITICALITIES
-from ..core.units import _DURATION
+from ..core.units import DURATION_RE
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched.binding import Publish, Reaction
 from ..sched.channel import ChannelPolicy
 
 # A duration with its unit, as ``core.units.parse_duration`` reads it ("10ms", "250us", "1.5s", "500ns").
-Duration = Annotated[str, StringConstraints(pattern=_DURATION.pattern)]
+Duration = Annotated[str, StringConstraints(pattern=DURATION_RE.pattern)]
 # ``package.module:function``, as ``stack.resolve`` imports it.
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 Ref = Annotated[str, StringConstraints(pattern=rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}$")]

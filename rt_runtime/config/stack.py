@@ -20,137 +20,26 @@ someone else's vehicle replays against the same configuration.
 """
 from __future__ import annotations
 
-import importlib
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from ..analysis.chains import Chain
-from ..core.task import Task
 from ..core.units import DurationError, clip, parse_duration
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy
 from ..sched.binding import Publish, Reaction
-from .taskset import ConfigError, fallback_budget, load_yaml, parse_taskset
+# The records of a parsed file are model.py's and the graphs are built by build.py (which reads only
+# model.py and fields.py): the names stay importable from here, where a stack file is read.
+from .build import build_bindings, run_chains  # noqa: F401 - re-exported
+from .fields import MODULE_REF, fail, name_map, parse_op_budgets, resolve  # noqa: F401 - resolve re-exported
+from .model import EgressRoute, IngressRoute, StackConfig  # noqa: F401 - re-exported
 from .realtime import parse_realtime
-from .wiring import check_wiring, key_problems, raise_all, suggest
+from .taskset import ConfigError, fallback_budget, load_yaml, parse_taskset
+from .wiring import check_top_level_keys, check_wiring, suggest
+
 DEVICE = re.compile(r"(cpu|cpu-async|cuda(:[0-9]{1,4})?)")   # what `device:` may name (cuda:N checked against this machine)
 MAX_WORKERS = 1024
 MIN_DIAGNOSTICS_PERIOD_NS = 1_000_000             # 1 ms: diagnostics are a status message, not a data stream
-_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-def check_top_level_keys(doc: Mapping[str, Any], source: str) -> None:
-    """ConfigError for every key a configuration does not have: at the top level (a typo such as
-    ``chain:``) and inside its entries (tasks, chains, channels, ingress, egress, safety, speculate,
-    redundancy; ``wiring.key_problems``), all of them at once.
-
-    ``parse_stack`` and ``load_taskset`` (``check``, ``analyze``, ``calibrate``) both call it first, so
-    a file one of them refuses the other refuses too, with the same lines.
-    """
-    raise_all(source, key_problems(doc, source))
-
-
-@dataclass(frozen=True)
-class IngressRoute:
-    """Messages on ``topic`` are decoded by ``codec``; each decoded role is pushed into its channel."""
-
-    topic: str
-    codec: str
-    channels: Mapping[str, str]
-
-
-@dataclass(frozen=True)
-class EgressRoute:
-    """The channels' values published at one instant become one ``codec`` message on ``topic``."""
-
-    topic: str
-    codec: str
-    channels: Mapping[str, str]
-
-
-@dataclass
-class StackConfig:
-    """A validated stack file: everything needed to build and run the runtime."""
-
-    source: str
-    policy: str
-    tasks: list[Task]
-    entries: dict[str, Mapping[str, Any]]
-    chains: list[Chain]
-    channels: list[ChannelConfig]
-    ingress: list[IngressRoute]
-    egress: list[EgressRoute]
-    device: str = "cpu"
-    workers: int = 1
-    steal: bool = False   # work-conserving dispatch across workers (sched/dispatch.py)
-    threads: int = 1
-    frame: str = "map"
-    diagnostics_period_ns: int = 1_000_000_000
-    remap: dict[str, str] = field(default_factory=dict)
-    safety: Any = None   # a ``safety.spec.SafetySpec``: the degrade supervisor; None: not installed
-    realtime: Any = None   # a ``realtime.RealtimeSpec``: SCHED_FIFO, priority, CPUs; None: the command's default
-
-    def topics_in(self) -> list[str]:
-        """The input topics, after remapping."""
-        return [r.topic for r in self.ingress]
-
-
-def _fail(source: str, where: str, message: str, *, task: str | None = None, fld: str | None = None) -> ConfigError:
-    return ConfigError(source, f"{where}: {message}", task=task, field=fld)
-
-
-def resolve(ref: object, source: str, where: str, task: str | None = None) -> Callable[..., Any]:
-    """Import ``package.module:function`` named in a config; ConfigError (one line) for anything that fails."""
-    module, _, name = ref.partition(":") if isinstance(ref, str) else ("", "", "")
-    if not _MODULE.fullmatch(module) or not name.isidentifier():
-        why = " (a relative module path has no package to be relative to)" if module.startswith(".") else ""
-        raise _fail(source, where, f"expected 'package.module:function', found {clip(ref)}{why}", task=task)
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        raise _fail(source, where, f"cannot import module '{module}' ({e})", task=task) from None
-    except SyntaxError as e:
-        raise _fail(source, where, f"module '{module}' has a syntax error: {e.msg} ({e.filename}, line {e.lineno})",
-                    task=task) from None
-    except (Exception, SystemExit) as e:   # noqa: BLE001 - whatever the module does at import is the user's
-        raise _fail(source, where, f"importing module '{module}' failed: {type(e).__name__}: {e}", task=task) from None
-    fn = getattr(mod, name, None)
-    if fn is None:
-        raise _fail(source, where, f"module '{module}' has no '{name}'", task=task)
-    if not callable(fn):
-        raise _fail(source, where, f"'{ref}' is not callable", task=task)
-    return fn
-
-
-def _mapping(value: object, source: str, where: str, task: str | None = None) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise _fail(source, where, f"expected a mapping of names to names, found {clip(value)}", task=task)
-    return dict(value)
-
-
-def _op_budgets(entry: Mapping[str, Any], source: str, task: str) -> dict[str, int]:
-    """A task's ``op_budgets: {op: duration}`` in ns (op names are checked against the graph when it is built)."""
-    raw = entry.get("op_budgets")
-    if raw is None:
-        return {}
-    if not isinstance(raw, Mapping):
-        raise _fail(source, f"task '{task}': op_budgets", f"expected a mapping of op names to durations, "
-                    f"found {clip(raw)}", task=task, fld="op_budgets")
-    out = {}
-    for op, value in raw.items():
-        try:
-            ns = parse_duration(value, what=f"op_budgets.{op}")
-        except DurationError as e:
-            raise _fail(source, f"task '{task}'", str(e), task=task, fld="op_budgets") from None
-        if ns <= 0:
-            raise _fail(source, f"task '{task}': op_budgets.{op}", f"must be positive, found {clip(value)}",
-                        task=task, fld="op_budgets")
-        out[str(op)] = ns
-    return out
 
 
 def parse_remap(items: list[str] | None) -> dict[str, str]:
@@ -173,26 +62,26 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
         {n: {"name": n, **f} for n, f in raw_tasks.items()}
     for name, e in entries.items():
         if "graph" not in e:
-            raise _fail(source, f"task '{name}': graph", "missing: 'package.module:function' building the task's graph",
+            raise fail(source, f"task '{name}': graph", "missing: 'package.module:function' building the task's graph",
                         task=name, fld="graph")
-        _mapping(e.get("inputs"), source, f"task '{name}': inputs", name)
-        _mapping(e.get("outputs"), source, f"task '{name}': outputs", name)
-        _op_budgets(e, source, name)
+        name_map(e.get("inputs"), source, f"task '{name}': inputs", name)
+        name_map(e.get("outputs"), source, f"task '{name}': outputs", name)
+        parse_op_budgets(e, source, name)
         _runtime_keys(e, source, name)
 
     channels = []
     for i, c in enumerate(_list(doc, "channels", source)):
         where = f"channels[{i}]"
         if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
-            raise _fail(source, where, f"expected a mapping with a name, found {clip(c)}")
+            raise fail(source, where, f"expected a mapping with a name, found {clip(c)}")
         try:
             pol = ChannelPolicy(c.get("policy", "latest"))
         except ValueError:
-            raise _fail(source, f"channel '{c['name']}': policy", f"expected one of "
+            raise fail(source, f"channel '{c['name']}': policy", f"expected one of "
                         f"{', '.join(p.value for p in ChannelPolicy)}, found {clip(c.get('policy'))}") from None
         depth = c.get("depth", 1)
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-            raise _fail(source, f"channel '{c['name']}': depth", f"expected a positive integer, found {clip(depth)}")
+            raise fail(source, f"channel '{c['name']}': depth", f"expected a positive integer, found {clip(depth)}")
         channels.append(ChannelConfig(c["name"], pol, depth))
 
     remap = dict(remap or {})
@@ -200,16 +89,16 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     for i, r in enumerate(_list(doc, "ingress", source)):
         where = f"ingress[{i}]"
         if not isinstance(r, Mapping) or not isinstance(r.get("topic"), str):
-            raise _fail(source, where, f"expected topic, codec and channel (or channels), found {clip(r)}")
+            raise fail(source, where, f"expected topic, codec and channel (or channels), found {clip(r)}")
         if not isinstance(r.get("codec"), str) or r["codec"] not in INGRESS_CODECS:
-            raise _fail(source, f"{where}: codec", f"expected one of {', '.join(INGRESS_CODECS)}, found "
+            raise fail(source, f"{where}: codec", f"expected one of {', '.join(INGRESS_CODECS)}, found "
                                                    f"{clip(r.get('codec'))}")
         codec = INGRESS_CODECS[r["codec"]]
         chans = {"value": r["channel"]} if isinstance(r.get("channel"), str) else \
-            _mapping(r.get("channels"), source, f"{where}: channels")
+            name_map(r.get("channels"), source, f"{where}: channels")
         if set(chans) != set(codec.roles):
             extra = sorted(set(chans) - set(codec.roles))
-            raise _fail(source, f"{where}: channels", f"codec {codec.name} produces {list(codec.roles)}; "
+            raise fail(source, f"{where}: channels", f"codec {codec.name} produces {list(codec.roles)}; "
                                                       f"found {sorted(chans)}"
                                                       f"{suggest(extra[0], codec.roles) if extra else ''}")
         ingress.append(IngressRoute(remap.get(r["topic"], r["topic"]), r["codec"], chans))
@@ -217,37 +106,37 @@ def parse_stack(doc: Mapping[str, Any], source: str, remap: Mapping[str, str] | 
     for i, r in enumerate(_list(doc, "egress", source)):
         where = f"egress[{i}]"
         if not isinstance(r, Mapping) or not isinstance(r.get("topic"), str):
-            raise _fail(source, where, f"expected topic, a codec among {', '.join(EGRESS_CODECS)}, and channels; "
+            raise fail(source, where, f"expected topic, a codec among {', '.join(EGRESS_CODECS)}, and channels; "
                                        f"found {clip(r)}")
         if not isinstance(r.get("codec"), str) or r["codec"] not in EGRESS_CODECS:
-            raise _fail(source, f"{where}: codec", f"expected one of {', '.join(EGRESS_CODECS)}, found "
+            raise fail(source, f"{where}: codec", f"expected one of {', '.join(EGRESS_CODECS)}, found "
                                                    f"{clip(r.get('codec'))}")
-        chans = _mapping(r.get("channels"), source, f"{where}: channels")
+        chans = name_map(r.get("channels"), source, f"{where}: channels")
         missing = set(EGRESS_CODECS[r["codec"]].roles) - set(chans)
         if missing:
-            raise _fail(source, f"{where}: channels", f"codec {r['codec']} needs {sorted(missing)}")
+            raise fail(source, f"{where}: channels", f"codec {r['codec']} needs {sorted(missing)}")
         egress.append(EgressRoute(remap.get(r["topic"], r["topic"]), r["codec"], chans))
 
     workers, threads = doc.get("workers", 1), doc.get("threads", 1)
     for key, value in (("workers", workers), ("threads", threads)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WORKERS:
-            raise _fail(source, key, f"expected an integer from 1 to {MAX_WORKERS}, found {clip(value)}", fld=key)
+            raise fail(source, key, f"expected an integer from 1 to {MAX_WORKERS}, found {clip(value)}", fld=key)
     steal = doc.get("steal", False)
     if not isinstance(steal, bool):
-        raise _fail(source, "steal", f"expected true or false, found {clip(steal)}", fld="steal")
+        raise fail(source, "steal", f"expected true or false, found {clip(steal)}", fld="steal")
     try:
         diag = parse_duration(doc.get("diagnostics_period", "1s"), what="diagnostics_period")
     except DurationError as e:
         raise ConfigError(source, str(e), field="diagnostics_period") from None
     if diag < MIN_DIAGNOSTICS_PERIOD_NS:
-        raise _fail(source, "diagnostics_period", f"must be at least 1ms, found {clip(doc.get('diagnostics_period'))}",
+        raise fail(source, "diagnostics_period", f"must be at least 1ms, found {clip(doc.get('diagnostics_period'))}",
                     fld="diagnostics_period")
     check_wiring(doc, source)   # one writer per channel, every read channel fed, ... (wiring.py)
     return StackConfig(source, policy, tasks, entries, chains, channels, ingress, egress,
                        device=check_device(doc.get("device", "cpu"), source), workers=workers, threads=threads,
                        steal=steal, frame=str(doc.get("frame", "map")),
                        diagnostics_period_ns=diag, remap=remap, safety=_safety(doc, source, entries, ingress),
-                       realtime=parse_realtime(doc.get("realtime"), lambda m: _fail(source, "realtime", m,
+                       realtime=parse_realtime(doc.get("realtime"), lambda m: fail(source, "realtime", m,
                                                                                       fld="realtime")))
 
 
@@ -257,7 +146,7 @@ def _list(doc: Mapping[str, Any], key: str, source: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise _fail(source, key, f"expected a list, found {type(value).__name__} {clip(value)}", fld=key)
+        raise fail(source, key, f"expected a list, found {type(value).__name__} {clip(value)}", fld=key)
     return value
 
 
@@ -266,36 +155,36 @@ def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
     for key in ("graph", "fallback", "initial"):
         ref = e.get(key)
         module, _, fn = ref.partition(":") if isinstance(ref, str) else ("", "", "")
-        if ref is not None and (not _MODULE.fullmatch(module) or not fn.isidentifier()):
+        if ref is not None and (not MODULE_REF.fullmatch(module) or not fn.isidentifier()):
             why = " (a relative module path has no package to be relative to)" if module.startswith(".") else ""
-            raise _fail(source, f"task '{name}': {key}", f"expected 'package.module:function', found {clip(ref)}{why}",
+            raise fail(source, f"task '{name}': {key}", f"expected 'package.module:function', found {clip(ref)}{why}",
                         task=name, fld=key)
     for key in ("args", "fallback_args"):
         args = e.get(key)
         if args is not None and (not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args)):
-            raise _fail(source, f"task '{name}': {key}", f"expected a mapping of argument names to values, found "
+            raise fail(source, f"task '{name}': {key}", f"expected a mapping of argument names to values, found "
                         f"{clip(args)}", task=name, fld=key)
     fallback_budget(e, source, name)   # a positive duration, and only beside a fallback
     for key, choices in (("on_miss", Reaction), ("on_overrun", Reaction), ("publish", Publish)):
         value = e.get(key)
         names = [c.value for c in choices]
         if value is not None and value not in names:
-            raise _fail(source, f"task '{name}': {key}", f"expected one of {', '.join(names)}, found {clip(value)}"
+            raise fail(source, f"task '{name}': {key}", f"expected one of {', '.join(names)}, found {clip(value)}"
                         f"{suggest(value, names) if isinstance(value, str) else ''}", task=name, fld=key)
     recover = e.get("recover_after")
     if recover is not None and (isinstance(recover, bool) or not isinstance(recover, int) or recover < 1):
-        raise _fail(source, f"task '{name}': recover_after", f"expected a positive integer (clean jobs in a row "
+        raise fail(source, f"task '{name}': recover_after", f"expected a positive integer (clean jobs in a row "
                     f"before leaving the fallback), found {clip(recover)}", task=name, fld="recover_after")
     worker = e.get("worker")
     if worker is not None and (isinstance(worker, bool) or not isinstance(worker, int) or worker < 0):
-        raise _fail(source, f"task '{name}': worker", f"expected a worker index (0, 1, ...), found {clip(worker)}",
+        raise fail(source, f"task '{name}': worker", f"expected a worker index (0, 1, ...), found {clip(worker)}",
                     task=name, fld="worker")
 
 
 def check_device(value: object, source: str) -> str:
     """``device:``: cpu, cpu-async, cuda or cuda:N; a CUDA device is checked against this machine (torch asked only then)."""
     if not isinstance(value, str) or not DEVICE.fullmatch(value):
-        raise _fail(source, "device", f"expected cpu, cpu-async, cuda or cuda:N, found {clip(value)}", fld="device")
+        raise fail(source, "device", f"expected cpu, cpu-async, cuda or cuda:N, found {clip(value)}", fld="device")
     if value.startswith("cuda"):
         import torch
 
@@ -305,10 +194,10 @@ def check_device(value: object, source: str) -> str:
             n = 0
         index = int(value.partition(":")[2] or 0)
         if n == 0:
-            raise _fail(source, "device", f"{value}: this machine has no CUDA device torch can use "
+            raise fail(source, "device", f"{value}: this machine has no CUDA device torch can use "
                                           f"(torch.cuda.device_count() is 0); use cpu", fld="device")
         if index >= n:
-            raise _fail(source, "device", f"{value}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}",
+            raise fail(source, "device", f"{value}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}",
                         fld="device")
     return value
 
@@ -326,16 +215,16 @@ def _safety(doc: Mapping[str, Any], source: str, entries: Mapping[str, Any], ing
     try:
         spec = parse_safety(doc.get("safety"), duration)
     except ValueError as e:
-        raise _fail(source, "safety", str(e), fld="safety") from None
+        raise fail(source, "safety", str(e), fld="safety") from None
     if spec is None:
         return None
     if spec.planner not in entries:
-        raise _fail(source, "safety: planner", f"no task named {clip(spec.planner)}; tasks: {sorted(entries)}",
+        raise fail(source, "safety: planner", f"no task named {clip(spec.planner)}; tasks: {sorted(entries)}",
                     fld="safety")
     fed = {ch for r in ingress for ch in r.channels.values()}
     unknown = sorted(set(spec.sensors) - fed)
     if unknown:
-        raise _fail(source, "safety: sensors", f"{unknown} are not ingress channels; they are {sorted(fed)}"
+        raise fail(source, "safety: sensors", f"{unknown} are not ingress channels; they are {sorted(fed)}"
                     f"{suggest(unknown[0], fed)}", fld="safety")
     return spec
 
@@ -344,6 +233,3 @@ def load_stack(path: str | Path, remap: Mapping[str, str] | None = None) -> Stac
     """Read and validate a stack file."""
     return parse_stack(load_yaml(path), str(path), remap)
 
-
-# Building the graphs and bindings from a parsed file lives in build.py; these names stay importable here.
-from .build import build_bindings, run_chains  # noqa: E402,F401 - re-exported

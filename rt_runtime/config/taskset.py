@@ -7,7 +7,6 @@ devices) is read by other modules of this package; here those top-level keys are
 """
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -19,16 +18,11 @@ from ..core.units import DurationError, clip, parse_duration
 # runtime-only task keys (RUNTIME_TASK_KEYS) configure how jobs run, not when: the analysis skips them.
 from .schema import CHAIN_KEYS, JOIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS
 # The YAML side (ConfigError, the bounded loader) is yamlfile.py's; its importers find these two here too.
-from .yamlfile import MAX_CHAINS, MAX_NAME, MAX_TASKS, ConfigError, load_yaml
+from .wiring import check_top_level_keys, check_wiring, task_entries
+from .yamlfile import MAX_CHAINS, MAX_NAME, MAX_TASKS, ConfigError, load_yaml, suggest  # noqa: F401 - re-exported
 
 DURATION_KEYS = ("period", "min_interarrival", "wcet", "deadline", "blocking", "jitter", "offset")
 POSITIVE_KEYS = ("period", "min_interarrival", "wcet", "deadline")
-
-
-def suggest(name: object, known: Iterable[str]) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``known``, or ``""``."""
-    close = difflib.get_close_matches(str(name), sorted(set(known)), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _key(key: object) -> str:
@@ -265,9 +259,6 @@ def parse_taskset(doc: Mapping[str, Any], source: str) -> tuple[str, list[Task],
 def load_taskset(path: str | Path) -> tuple[str, list[Task], list[Chain]]:
     """``load_yaml``, the keys checked as ``parse_stack`` checks them, ``parse_taskset``, then (a full
     stack) its channels' wiring as ``parse_stack`` checks it (``wiring.py``: no graphs built)."""
-    from .stack import check_top_level_keys   # stack.py imports this module
-    from .wiring import check_wiring
-
     doc = load_yaml(path)
     check_top_level_keys(doc, str(path))
     out = parse_taskset(doc, str(path))
@@ -289,11 +280,10 @@ def task_writes(path: str | Path) -> dict[str, set[str]]:
 def fallback_budgets(path: str | Path, tasks: Iterable[Task]) -> dict[str, int]:
     """Task -> its fallback's budget (``fallback_wcet``, else its wcet) for every task with a ``fallback:``,
     of a file ``load_taskset`` read into ``tasks`` (the analysis of the degraded mode, ``analysis.modes``)."""
-    from .wiring import _entries
 
     wcet = {t.name: t.wcet_ns for t in tasks}
     out = {}
-    for name, e in _entries(load_yaml(path)).items():
+    for name, e in task_entries(load_yaml(path)).items():
         if e.get("fallback") is not None and name in wcet:
             own = fallback_budget(e, str(path), name)
             out[name] = wcet[name] if own is None else own
@@ -305,10 +295,9 @@ def task_releases(path: str | Path) -> tuple[dict[str, Any], dict[str, bool], di
     task -> publishes on finish, task -> explicit worker, workers). Reads a file ``load_taskset``
     already validated; a trigger channel no task writes is ingress."""
     from ..analysis.cpa import Activation
-    from .wiring import _entries
 
     doc = load_yaml(path)
-    entries = list(_entries(doc).values())
+    entries = list(task_entries(doc).values())
     writer = {ch: str(e.get("name")) for e in entries if isinstance(e.get("outputs"), Mapping)
               for ch in map(str, e["outputs"].values())}
     acts: dict[str, Any] = {}

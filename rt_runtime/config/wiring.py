@@ -27,8 +27,9 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from ..core.units import clip
-from .schema import CHANNEL_KEYS, EGRESS_KEYS, HYSTERESIS_KEYS, INGRESS_KEYS, STACK_KEYS  # the models' fields
-from .taskset import CHAIN_KEYS, RUNTIME_TASK_KEYS, TASK_KEYS, ConfigError, suggest
+from .schema import (CHAIN_KEYS, CHANNEL_KEYS, EGRESS_KEYS, HYSTERESIS_KEYS, INGRESS_KEYS,  # the models' fields
+                     RUNTIME_TASK_KEYS, STACK_KEYS, TASK_KEYS)
+from .yamlfile import ConfigError, suggest
 
 
 class ConfigErrors(ConfigError):
@@ -39,6 +40,17 @@ class ConfigErrors(ConfigError):
                                   + "\n".join(str(p) for p in problems))
         self.source, self.task, self.field = source, problems[0].task, problems[0].field
         self.problems = problems
+
+
+def check_top_level_keys(doc: Mapping[str, Any], source: str) -> None:
+    """ConfigError for every key a configuration does not have: at the top level (a typo such as
+    ``chain:``) and inside its entries (tasks, chains, channels, ingress, egress, safety, speculate,
+    redundancy; ``key_problems``), all of them at once.
+
+    ``parse_stack`` and ``load_taskset`` (``check``, ``analyze``, ``calibrate``) both call it first, so
+    a file one of them refuses the other refuses too, with the same lines.
+    """
+    raise_all(source, key_problems(doc, source))
 
 
 def raise_all(source: str, problems: list[ConfigError]) -> None:
@@ -54,7 +66,7 @@ def _shown(key: object) -> str:
     return key if isinstance(key, str) and key.isprintable() and len(key) <= 80 else clip(key)
 
 
-def _entries(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def task_entries(doc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """Task name -> its entry, for the well-formed entries (the others are parse_taskset's to refuse)."""
     raw = doc.get("tasks")
     if isinstance(raw, Mapping):
@@ -109,7 +121,7 @@ def key_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
             out.append(ConfigError(source, f"{_shown(key)}: unknown top-level key{suggest(key, STACK_KEYS)}; "
                                            f"expected one of {', '.join(STACK_KEYS)}", field=_shown(key)))
     task_keys = TASK_KEYS + RUNTIME_TASK_KEYS
-    for name, e in _entries(doc).items():
+    for name, e in task_entries(doc).items():
         unknown(f"task '{_shown(name)}': ", e, task_keys, task=name)
         unknown_grouped(f"task '{_shown(name)}': speculate", e.get("speculate"), SPECULATE_KEYS, "speculate", name)
         unknown_grouped(f"task '{_shown(name)}': redundancy", e.get("redundancy"), SPEC_KEYS, "redundancy", name)
@@ -180,7 +192,7 @@ def _fed(doc: Mapping[str, Any]) -> dict[str, str]:
 
 def wiring_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
     """Channels without a writer, with two, read but never written, declared but unused (no graphs needed)."""
-    entries = _entries(doc)
+    entries = task_entries(doc)
     writers = _writers(doc, entries)
     by_task = {ch for ch, ws in writers.items() if any(task is not None for _, task in ws)}
     known = set(writers)
@@ -241,7 +253,7 @@ def is_stack(doc: object) -> bool:
     other files too, a task set with some run-time keys among them: their wiring is not checked."""
     if not isinstance(doc, Mapping):
         return False
-    entries = _entries(doc)
+    entries = task_entries(doc)
     raw = doc.get("tasks")
     if not entries or len(entries) != (len(raw) if isinstance(raw, (list, Mapping)) else -1):
         return False

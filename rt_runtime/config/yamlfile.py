@@ -1,13 +1,14 @@
 """Reading a YAML configuration with limits: one readable error line, never a hang or a traceback.
 
-``ConfigError`` (every configuration error: the file first, then what and where) lives here, with
-the loader every config reader shares: duplicate keys refused, the file's size, node count, nesting
+``ConfigError`` (every configuration error: the file first, then what and where) and ``suggest``
+(its "did you mean") live here, with the loader every config reader shares: duplicate keys refused, the file's size, node count, nesting
 and alias expansion bounded. ``taskset`` re-exports all of it.
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 from yaml.composer import Composer
@@ -26,6 +27,12 @@ class ConfigError(ValueError):
             message = message[: MAX_MESSAGE - 1] + "…"
         super().__init__(f"{source}: {message}")
         self.source, self.task, self.field = source, task, field
+
+
+def suggest(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or ``""``."""
+    close = difflib.get_close_matches(str(name), sorted(set(known)), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 # Limits on what a configuration may be, so that reading one always ends within a few seconds: the

@@ -110,7 +110,7 @@ class Graph:
                 raise GraphError(self.name, f"pad names '{t}', which is not a graph input")
             if not spec.shape or not isinstance(spec.shape[0], Dim):
                 raise GraphError(self.name, f"pad names '{t}', whose first dim is not symbolic "
-                                            f"(shape {spec._shape_str()}): there is nothing to pad")
+                                            f"(shape {spec.shape_str()}): there is nothing to pad")
             if not isinstance(v, (int, float)):
                 raise GraphError(self.name, f"pad of '{t}': expected a number, found {v!r}")
         return pad

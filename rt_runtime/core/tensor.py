@@ -173,7 +173,7 @@ class TensorSpec:
     def _shape_mismatch(self, shape: tuple[int, ...]) -> tuple[str, object, object] | None:
         spec = self.shape
         if len(shape) != len(spec):
-            return ("shape", f"{len(spec)} dims {self._shape_str()}", f"{len(shape)} dims {tuple(shape)}")
+            return ("shape", f"{len(spec)} dims {self.shape_str()}", f"{len(shape)} dims {tuple(shape)}")
         for i, (want, got) in enumerate(zip(spec, shape)):
             if type(want) is int:
                 if want != got:
@@ -182,7 +182,8 @@ class TensorSpec:
                 return (f"shape[{i}]", f"{want.name} <= {want.max}", got)
         return None
 
-    def _shape_str(self) -> str:
+    def shape_str(self) -> str:
+        """The shape as written in messages: ``(N, 4)``."""
         return "(" + ", ".join(str(d) for d in self.shape) + ")"
 
 

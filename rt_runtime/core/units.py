@@ -5,7 +5,7 @@ import re
 import reprlib
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s)\s*$")
+DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ns|us|µs|ms|s)\s*$")
 
 # The longest duration a configuration may give (one day): periods, budgets and deadlines up to it
 # keep every analysis sum and hyperperiod far from overflow, and a longer one is a typo.
@@ -45,7 +45,7 @@ def parse_duration(text: object, *, what: str = "duration") -> int:
             f"{what}: expected a duration with a unit such as \"10ms\", found {clip(text)}"
             + (" (a bare number has no unit)" if isinstance(text, (int, float)) else "")
         )
-    m = _DURATION.match(text)
+    m = DURATION_RE.match(text)
     if m is None:
         raise DurationError(f"{what}: expected a duration such as \"10ms\", \"250us\" or \"1.5s\", found {clip(text)}")
     value, unit = m.groups()

@@ -114,41 +114,41 @@ def worst(outcomes: Sequence[BagOutcome], n: int = WORST) -> list[BagOutcome]:
 def render_html(outcomes: Sequence[BagOutcome], wall_s: float, cluster: dict[str, Any] | None,
                 partial: str | None = None) -> str:
     """The fleet report as one HTML string (``partial``: why the batch stopped early, shown first)."""
-    from ..analysis.html import _CSS, _table   # one look for every report this tool writes
+    from ..analysis.html import REPORT_CSS, html_table   # one look for every report this tool writes
 
     n_pass = sum(o.passed for o in outcomes)
     where = f" on {cluster['workers']} worker(s) at {html.escape(cluster['address'])}" if cluster else ""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>rt-runtime batch: {len(outcomes)} bags"
-             f"</title><style>{_CSS}</style></head><body><h1>Fleet replay</h1>",
+             f"</title><style>{REPORT_CSS}</style></head><body><h1>Fleet replay</h1>",
              f"<p class='verdict'>PARTIAL: {html.escape(partial)}</p>" if partial else "",
              f"<p class='verdict'>{len(outcomes)} bag(s): {n_pass} passed, {len(outcomes) - n_pass} failed; "
              f"{wall_s:.2f} s wall{where}</p>"]
     cdf, misses = _cdf_png(outcomes), _misses_png(outcomes)
     parts.append("<h2>Response-time CDF per task, over the fleet</h2>" + (_img(cdf) if cdf else "<p>no jobs</p>"))
     parts.append("<h2>Misses per bag</h2>" + (_img(misses) if misses else "<p>no bag replayed</p>"))
-    parts.append("<h2>Worst bags</h2>" + _table(
+    parts.append("<h2>Worst bags</h2>" + html_table(
         ["bag", "result", "misses", "worst p99 ms", "deterministic", "wall s", "digest"],
         [[o.bag, "error" if o.row.get("error") else ("pass" if o.passed else "fail"), o.row.get("misses"),
           max((t["p99_ms"] for t in o.row.get("tasks") or []), default=None), o.row.get("deterministic"),
           o.row.get("wall_s"), (o.row.get("output_digest") or "")[:16]] for o in worst(outcomes)],
         [not o.passed for o in worst(outcomes)]))
     gate = [[o.bag, f["path"], f["bound"], f["found"]] for o in outcomes for f in o.failures]
-    parts.append("<h2>Gate failures</h2>" + (_table(["bag", "path", "bound", "found"], gate, [True] * len(gate))
+    parts.append("<h2>Gate failures</h2>" + (html_table(["bag", "path", "bound", "found"], gate, [True] * len(gate))
                                              if gate else "<p>none</p>"))
     errs = [[o.bag, o.row["error"]] for o in outcomes if o.row.get("error") is not None]
-    parts.append("<h2>Bags that did not replay</h2>" + (_table(["bag", "error"], errs, [True] * len(errs))
+    parts.append("<h2>Bags that did not replay</h2>" + (html_table(["bag", "error"], errs, [True] * len(errs))
                                                          if errs else "<p>none</p>"))
     parts.append("</body></html>")
     return "".join(parts)
 
 
 def _cdf_png(outcomes: Sequence[BagOutcome]) -> bytes | None:
-    from ..analysis.plots import _plt, png_bytes
+    from ..analysis.plots import pyplot, png_bytes
 
     cdf = fleet_cdf(outcomes)
     if not cdf:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, (v, p) in cdf.items():
         ax.step(v, p, where="post", label=name)
@@ -161,12 +161,12 @@ def _cdf_png(outcomes: Sequence[BagOutcome]) -> bytes | None:
 
 
 def _misses_png(outcomes: Sequence[BagOutcome]) -> bytes | None:
-    from ..analysis.plots import _plt, png_bytes
+    from ..analysis.plots import pyplot, png_bytes
 
     done = [o for o in outcomes if o.row.get("misses") is not None]
     if not done:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, max(2.0, 0.25 * len(done) + 1)))
     ax.barh([_short(o.bag, 50) for o in done], [o.row["misses"] for o in done],
             color=["#c0392b" if not o.passed else "#4a7bb7" for o in done])

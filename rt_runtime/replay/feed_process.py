@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from ..bag import BagError, BagReader, open_bag
-from ..bag.reader import _DAMAGE_REPORTED
+from ..bag.reader import DAMAGE_REPORTED
 from .feed import FeedItem, decoded_feed, prefetched
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class ProcessFeed:
             t, log_ns, topic, value, error, kind, notes, stamp, damage = got
             # Damaged chunks the child's feed saw count as told in this process too (later readers of
             # the bag do not repeat the warning), as when the feed runs here.
-            _DAMAGE_REPORTED.update(damage)
+            DAMAGE_REPORTED.update(damage)
             yield FeedItem(t, log_ns, topic, self.routes[topic], value, error, kind, notes, stamp)
 
     def _receive(self) -> Any:
@@ -252,7 +252,7 @@ def child_main(argv: list[str]) -> int:
         try:
             routes = {topic: _Route(codec) for topic, codec in codecs.items()}
             for item in decoded_feed(reader, routes, duration_ns):  # type: ignore[arg-type]
-                damage = tuple(_DAMAGE_REPORTED - sent) if len(_DAMAGE_REPORTED) != len(sent) else ()
+                damage = tuple(DAMAGE_REPORTED - sent) if len(DAMAGE_REPORTED) != len(sent) else ()
                 sent.update(damage)
                 frames.put(_frame((item.t_ns, item.log_ns, item.topic, item.value, item.error, item.kind,
                                    item.notes, item.stamp_ns, damage)))

@@ -49,7 +49,8 @@ def load_ground_truth(bag_path: str | Path) -> list[Objects]:
         return [msg_to_objects(m) for _, m in reader.decoded([GT_TOPIC])]
 
 
-def _at(gt: list[Objects], times: np.ndarray, t_ns: int) -> Objects:
+def nearest_frame(gt: list[Objects], times: np.ndarray, t_ns: int) -> Objects:
+    """The ground-truth frame nearest ``t_ns`` (the earlier one on a tie)."""
     i = int(np.clip(np.searchsorted(times, t_ns), 0, len(times) - 1))
     if i > 0 and abs(times[i - 1] - t_ns) <= abs(times[i] - t_ns):
         i -= 1
@@ -58,7 +59,7 @@ def _at(gt: list[Objects], times: np.ndarray, t_ns: int) -> Objects:
 
 def gt_at(gt: list[Objects], times: np.ndarray, t_ns: int) -> Objects:
     """The ground truth at ``t_ns``: its nearest sample, moved by the velocities over the time between."""
-    g = _at(gt, times, t_ns)
+    g = nearest_frame(gt, times, t_ns)
     dt = (t_ns - g.t_ns) * 1e-9
     if not len(g) or dt == 0:
         return g
@@ -136,7 +137,7 @@ def greedy_pairs(dist: np.ndarray, limit: float, rows: np.ndarray | None = None,
     return out
 
 
-def _greedy_matches(dist: np.ndarray, limit: float) -> int:
+def greedy_matches(dist: np.ndarray, limit: float) -> int:
     """How many pairs ``greedy_pairs`` matches."""
     return len(greedy_pairs(dist, limit))
 
@@ -161,12 +162,14 @@ def match_with_care(dist: np.ndarray, care: np.ndarray, counted: np.ndarray, lim
     return pairs, fp, int(care.sum()) - len(pairs)
 
 
-def _cdist(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def planar_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise x-y distances between the rows of ``a`` and ``b``."""
     if not len(a) or not len(b):
         return np.zeros((len(a), len(b)))
     return np.linalg.norm(a[:, None, :2] - b[None, :, :2], axis=-1)
 
 
-def _rates(tp: int, fp: int, fn: int) -> dict[str, float | None]:
+def detection_rates(tp: int, fp: int, fn: int) -> dict[str, float | None]:
+    """Precision and recall (None where undefined) with the counts they come from."""
     return {"precision": tp / (tp + fp) if tp + fp else None, "recall": tp / (tp + fn) if tp + fn else None,
             "true_positives": tp, "false_positives": fp, "false_negatives": fn}

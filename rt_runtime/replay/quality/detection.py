@@ -21,10 +21,10 @@ from .common import (
     RANGE_M,
     STACK_CLASSES,
     EgoPath,
-    _at,
-    _cdist,
-    _greedy_matches,
-    _rates,
+    nearest_frame,
+    planar_distances,
+    greedy_matches,
+    detection_rates,
     match_with_care,
 )
 
@@ -35,14 +35,14 @@ def detection_quality(tracks: list[tuple[int, np.ndarray, np.ndarray]], gt: list
     times = np.array([g.t_ns for g in gt], np.int64)
     tp = fp = fn = 0
     for t_ns, rows, ego in tracks:
-        g = _at(gt, times, t_ns)
+        g = nearest_frame(gt, times, t_ns)
         gxy = g.boxes[:, :2] if len(g) else np.zeros((0, 2))
         gxy = gxy[np.hypot(*(gxy - ego).T) <= RANGE_M] if len(gxy) else gxy
         txy = rows[:, 2:4].astype(np.float64)
         txy = txy[np.hypot(*(txy - ego).T) <= RANGE_M] if len(txy) else txy
-        m = _greedy_matches(_cdist(txy, gxy), MATCH_M)
+        m = greedy_matches(planar_distances(txy, gxy), MATCH_M)
         tp, fp, fn = tp + m, fp + len(txy) - m, fn + len(gxy) - m
-    return {**_rates(tp, fp, fn), "match_m": MATCH_M}
+    return {**detection_rates(tp, fp, fn), "match_m": MATCH_M}
 
 
 # ---- detection: LiDAR ------------------------------------------------------------------------------
@@ -75,7 +75,7 @@ def lidar_view(points: np.ndarray | None, sweep_ns: int, gt: list[Objects], time
                lidar: LidarGeometry) -> tuple[Objects, np.ndarray]:
     """The objects as one sweep saw them: in base_link at the instant the beam crossed each, and
     how many of the sweep's returns (sensor-frame xyz, (P, 3); None: not counted) fell inside each box."""
-    g = _at(gt, times, sweep_ns)
+    g = nearest_frame(gt, times, sweep_ns)
     n = len(g)
     if not n:
         return g, np.zeros(0, np.int64)
@@ -121,14 +121,14 @@ def lidar_detection_quality(frames: list[tuple[np.ndarray, Objects, np.ndarray]]
         gxy = seen.boxes[:, :2] if len(seen) else np.zeros((0, 2))
         care = (np.hypot(*gxy.T) <= RANGE_M) & (counts >= MIN_LIDAR_POINTS) if len(gxy) else np.zeros(0, bool)
         dxy = boxes[:, :2].astype(np.float64)
-        pairs, f, m = match_with_care(_cdist(dxy, gxy), care, np.hypot(*dxy.T) <= RANGE_M if len(dxy) else
+        pairs, f, m = match_with_care(planar_distances(dxy, gxy), care, np.hypot(*dxy.T) <= RANGE_M if len(dxy) else
                                       np.zeros(0, bool), match_m)
         tp, fp, fn = tp + len(pairs), fp + f, fn + m
         cls = np.clip(seen.classes.astype(np.int64) - 1, -1, len(STACK_CLASSES) - 1) if len(seen) else seen.classes
         np.add.at(total, cls[care], 1)
         np.add.at(hits, cls[[c for _, c in pairs]], 1)
     by_class = {name: hits[i] / total[i] for i, name in enumerate(STACK_CLASSES) if total[i]}
-    out = {**_rates(tp, fp, fn), "recall_by_class": {k: float(v) for k, v in by_class.items()},
+    out = {**detection_rates(tp, fp, fn), "recall_by_class": {k: float(v) for k, v in by_class.items()},
            "frames": len(frames), "match_m": match_m, "min_points": MIN_LIDAR_POINTS}
     if loose_m is not None:
         loose = lidar_detection_quality(frames, loose_m, None)
@@ -230,5 +230,5 @@ def camera_detection_quality(frames: list[tuple[np.ndarray, np.ndarray, np.ndarr
     for det, rects, cls, care in frames:
         a, b, c, d = match_camera(det, rects, cls, care)
         tp, fp, fn, right = tp + a, fp + b, fn + c, right + d
-    return {**_rates(tp, fp, fn), "class_accuracy": right / tp if tp else None, "frames": len(frames),
+    return {**detection_rates(tp, fp, fn), "class_accuracy": right / tp if tp else None, "frames": len(frames),
             "iou_min": IOU_MIN}

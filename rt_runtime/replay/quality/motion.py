@@ -15,8 +15,8 @@ from .common import (
     MATCH_M,
     MIN_PROGRESS_S,
     EgoPath,
-    _cdist,
-    _rates,
+    planar_distances,
+    detection_rates,
     greedy_pairs,
     gt_at,
 )
@@ -37,7 +37,7 @@ def tracking_quality(frames: list[tuple[np.ndarray, Objects, np.ndarray, np.ndar
     sq = 0.0
     for rows, g, care, counted in frames:
         tid = rows[:, 0].astype(np.int64) if len(rows) else np.zeros(0, np.int64)
-        dist = _cdist(rows[:, 2:4].astype(np.float64), g.boxes[:, :2])
+        dist = planar_distances(rows[:, 2:4].astype(np.float64), g.boxes[:, :2])
         gid = g.ids.astype(np.int64)
         pairs: list[tuple[int, int]] = []
         free_t, free_g = np.ones(len(rows), bool), care.copy()
@@ -66,7 +66,7 @@ def tracking_quality(frames: list[tuple[np.ndarray, Objects, np.ndarray, np.ndar
         fp += int((free_t & counted).sum())
     return {"mota": 1.0 - (fn + fp + switches) / gt_total if gt_total else None,
             "id_switches": switches, "position_rmse_m": math.sqrt(sq / tp) if tp else None,
-            "class_accuracy": right / tp if tp else None, **_rates(tp, fp, fn), "objects": gt_total,
+            "class_accuracy": right / tp if tp else None, **detection_rates(tp, fp, fn), "objects": gt_total,
             "frames": len(frames), "match_m": MATCH_M}
 
 
