@@ -61,6 +61,29 @@ def _describe(entity: Any) -> tuple[str, str | int | None, str]:
     return "waitable", type(entity).__name__, f"waitable:{type(entity).__name__}"
 
 
+def _drop(job: Job) -> None:
+    """Forget a queued job: its entity is waited on again, its handler's coroutine closed (never started)."""
+    if job.entity is not None:
+        job.entity._executor_event = False
+    coro = getattr(job.handler, "_handler", None)
+    if job.action != "cont" and hasattr(coro, "close"):
+        coro.close()
+
+
+def _awaits_pending(task: Task) -> bool:
+    """True when a suspended rclpy Task is awaiting a Future that is not done (rclpy polls such tasks every
+    round; queued under their deadline they would starve the job that completes the future)."""
+    obj = getattr(task, "_handler", None)
+    for _ in range(64):   # handler -> the callback's coroutine -> ... -> the Future's __await__ generator
+        nxt = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+        if nxt is None:
+            break
+        obj = nxt
+    frame = getattr(obj, "gi_frame", None)
+    fut = frame.f_locals.get("self") if frame is not None else None
+    return isinstance(fut, Future) and not fut.done()
+
+
 class DeadlineExecutor(Executor):
     """An rclpy executor scheduling callbacks by deadline (EDF) or fixed priority (RM, DM, FP)."""
 
@@ -186,7 +209,8 @@ class DeadlineExecutor(Executor):
         g = job.entity.callback_group if job.entity is not None else None
         if g is None or isinstance(g, ReentrantCallbackGroup):
             return True
-        return id(g) not in self._busy and (job.cb.kind == "task" or g.can_execute(job.entity))
+        # a resumed coroutine holds its group in rclpy's books already (until it returns)
+        return id(g) not in self._busy and (job.action == "cont" or g.can_execute(job.entity))
 
     def _pick(self) -> Job | None:
         """The most urgent job that may run now, its group held (lock held by the caller)."""
@@ -264,6 +288,8 @@ class DeadlineExecutor(Executor):
                     if handler in self._queued:
                         continue
                     job = self._started.get(handler)
+                    if job is not None and _awaits_pending(handler):
+                        continue   # resuming it would only suspend it again: it does not hold others back
                     if job is not None:   # a coroutine resumed: its job goes on, under its own key
                         cont = Job(job.cb, job.index, job.release_ns, job.deadline_ns, job.message, "cont",
                                    handler, entity, node)
@@ -359,8 +385,7 @@ class DeadlineExecutor(Executor):
         with self._cond:
             for job in self._queue.remove(lambda j: j.node is not node):
                 self._queued.pop(job.handler, None)
-                if job.entity is not None:
-                    job.entity._executor_event = False
+                _drop(job)
 
     def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
         """Stop: wait for running callbacks, stop the workers, write the trace (if one was asked for)."""
@@ -368,8 +393,7 @@ class DeadlineExecutor(Executor):
         with self._cond:
             self._stop = True
             for job in self._queue.remove(lambda j: False):
-                if job.entity is not None:
-                    job.entity._executor_event = False
+                _drop(job)
             self._queued.clear()
             self._cond.notify_all()
         me = threading.current_thread()
