@@ -3,6 +3,7 @@
     policy: edf                    # edf (default), rm, dm or fp
     workers: 1                     # threads running callbacks (1: the spinning thread itself)
     default_deadline: 100ms        # a callback with no period to derive a deadline from
+    poll: 1ms                      # with jobs queued, look for a more urgent arrival when the last wait is this old
     trace: run.rttrace             # write the .rttrace at shutdown (rt-runtime analyze reads it)
     realtime: {enabled: true, priority: 50, cpus: [1]}
     callbacks:
@@ -82,6 +83,9 @@ class ExecutorFile(_Model):
     """Threads running callbacks; 1 runs them in the spinning thread."""
     default_deadline: Duration | None = None
     """Deadline of a callback with nothing to derive one from (default 100ms)."""
+    poll: Duration | None = None
+    """With jobs queued, wait again (timeout 0) before a job once the last wait is this old (default: only
+    when the queue is empty)."""
     trace: str | None = None
     """.rttrace file written at shutdown."""
     realtime: bool | Realtime | None = None
@@ -127,6 +131,7 @@ class ExecutorConfig:
     realtime: RealtimeSpec | None = None
     rules: list[Rule] = field(default_factory=list)
     source: str | None = None
+    poll_ns: int | None = None
 
     def timing(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> Timing:
         """The timing the first selecting entry gives (a fresh copy), or the defaults."""
@@ -218,6 +223,7 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
         raise ConfigError(source, f"workers: expected an integer from 1 to 64, found {clip(workers)}", field="workers")
     dd = _dur(source, "default_deadline", doc["default_deadline"]) if doc.get("default_deadline") is not None \
         else DEFAULT_DEADLINE_NS
+    poll = _dur(source, "poll", doc["poll"]) if doc.get("poll") is not None else None
     trace = doc.get("trace")
     if trace is not None and (not isinstance(trace, str) or not trace):
         raise ConfigError(source, f"trace: expected a file path, found {clip(trace)}", field="trace")
@@ -231,7 +237,7 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
         if missing:
             raise ConfigError(source, f"callbacks[{missing[0]}]: policy fp needs a 'priority:' on every entry",
                               field="priority")
-    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source)
+    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source, poll)
 
 
 def load_config(config: str | Path | dict[str, Any] | ExecutorConfig | None) -> ExecutorConfig:

@@ -7,10 +7,12 @@ The wait set, the taking of data and the callback groups are rclpy's own (``Exec
 _wait_for_ready_callbacks`` and the handlers its ``_make_handler`` builds), so every kind of entity
 behaves as under rclpy's executors. What changes is the order: each ready entity's handler becomes a
 ``Job`` (release, deadline, budget; ``jobs.py``) in a ``ReadyQueue`` keyed by the policy, and the most
-urgent job whose callback group is free runs next. Before each job the executor polls the wait set
-(timeout 0) when jobs are waiting, so a more urgent arrival overtakes queued ones. A job is judged when
-it returns (``jobs.judge``): a miss or an overrun is counted, traced, and its reaction (skip or
-degrade) applied to the callback's next release; ``abort`` drops a job not started by its deadline.
+urgent job whose callback group is free runs next. The executor waits again once the queued jobs have
+run, as rclpy's executors do (a wait costs milliseconds of Python on a large graph); with ``poll: 1ms``
+it also waits (timeout 0) before a job once the last wait is that old, so that a more urgent arrival
+overtakes queued jobs. A job is judged when it returns (``jobs.judge``): a miss or an overrun is
+counted, traced, and its reaction (skip or degrade) applied to the callback's next release; ``abort``
+drops a job not started by its deadline.
 
 ``workers: 1`` runs callbacks in the spinning thread (where a SingleThreadedExecutor is used); N > 1
 runs them on N threads while the spinning thread waits, with the same ordering, mutually exclusive
@@ -102,6 +104,8 @@ class DeadlineExecutor(Executor):
         self._started: dict[Task, Job] = {}            # handlers run once and suspended (a coroutine awaiting)
         self._busy: set[int] = set()                   # mutually exclusive groups held by a running job
         self._blocked = False                          # the last pick found jobs, none of them eligible
+        self._poll_ns = self.config.poll_ns            # None: wait again only once the queue is empty
+        self._last_wait = 0
         self._errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
         self._stop = False
@@ -282,6 +286,7 @@ class DeadlineExecutor(Executor):
                 self._last_drain = now
                 self._writer.drain()
         gen = self._wait_for_ready_callbacks(timeout_sec, None, condition)
+        self._last_wait = time.monotonic_ns()
         try:
             for handler, entity, node in gen:
                 with self._cond:
@@ -320,7 +325,12 @@ class DeadlineExecutor(Executor):
             return
         with self._cond:
             waiting = len(self._queue) > 0 and not self._blocked
-        self._gather(0 if waiting else timeout_sec, condition)
+        if not waiting:
+            self._gather(timeout_sec, condition)
+        elif self._poll_ns is not None and time.monotonic_ns() - self._last_wait >= self._poll_ns:
+            self._gather(0, condition)   # a more urgent arrival may overtake the queued jobs
+        elif condition():
+            return
         with self._cond:
             job = self._pick()
         if job is not None:
