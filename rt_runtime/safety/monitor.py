@@ -72,7 +72,7 @@ class SafetyMonitor:
             s.hot = hot   # it acts on no high-rate kind (``events.HOT``): those skip the fan-out
             s.tr = True
             # Diagnostics report every task's counters: the state rides along as one (0, 1, 2).
-            s.tasks[self.planner].c["safety_state"] = self.machine.state
+            s.tasks[self.planner].safety_state = self.machine.state
             self._installed = True
         return self
 
@@ -155,7 +155,7 @@ class SafetyMonitor:
         s = self.rt.sched
         wd = s.watchdog
         ts = s.tasks[self.planner]
-        ts.c["safety_state"] = tr.after
+        ts.safety_state = tr.after
         if tr.after == MINIMAL_RISK:
             wd.held.add(self.planner)
             if ts.mode == 0:

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import DROP_NO_INPUT, EventKind
 from .job import ABORTED, READY, WAITING, RunJob, TaskState
+from .timeline import PUBLISH, RELEASE, Entry
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -102,7 +103,7 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
         s.arm(job, r)
         run.jobs[k] = job
-        s.schedule((run.end_ns, 0, ts.name, job.index, job))
+        s.schedule(Entry(run.end_ns, PUBLISH, ts.name, job.index, job))
         if job.fallback and ts.fallback_alone:
             # Its fallback reads nothing the members before it write: waiting for them would only let a
             # slow upstream starve the minimal-risk plan.
@@ -136,7 +137,7 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
         else:
             slot = ch.read(rid)   # the producer failed: its last published value, stale
             if slot is None:
-                ts.c["no_input"] += 1
+                ts.c.no_input += 1
                 s.emit(_K.DROP, t, ts.name, nxt.index, DROP_NO_INPUT, 1)
                 s.kill(nxt, t, -1)   # which releases the member after it (from the channels)
                 return
@@ -182,7 +183,7 @@ def arm_timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
     """A member with a period of its own is released on its own if nothing releases it by t + its timeout."""
     if ts.chain_timeout and not reserved(ts):
         s.timeouts += 1
-        s.schedule((t + ts.chain_timeout, 2, ts.name, -s.timeouts, ts))
+        s.schedule(Entry(t + ts.chain_timeout, RELEASE, ts.name, -s.timeouts, ts))
 
 
 def timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
@@ -214,7 +215,7 @@ def start_reserved(s: "Scheduler", ts: TaskState, t: int) -> None:
     if ts.chain_pos == 0 or ts.stream or not reserved(ts):
         return
     ts.stream = True
-    s.schedule((t, 2, ts.name, ts.next_index, ts))
+    s.schedule(Entry(t, RELEASE, ts.name, ts.next_index, ts))
 
 
 def next_on_grid(ts: TaskState, r: int) -> int:

@@ -77,7 +77,7 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
             if home is not w and home.cond is not None:
                 home.cond.notify()
             w.current = None
-            job.ts.c["preemptions"] += 1
+            job.ts.c.preemptions += 1
             if s.tr:
                 s.hot.emit(_K.PREEMPT, now, job.ts.name, job.index, w.index, job.ops_done)
         else:
@@ -96,7 +96,7 @@ def next_job(s: Any, w: Worker, now: int) -> RunJob | None:
             wait_ready(job.executor, job.pins)
         job.start_ns = now
         job.gen = job.executor.steps(job.inputs)   # type: ignore[union-attr]
-        job.ts.c["started"] += 1
+        job.ts.c.started += 1
         if s.tr:
             s.hot.emit(_K.START, now, job.ts.name, job.index, w.index, job.fallback)
     elif s.tr:
@@ -155,7 +155,7 @@ def _steal(s: Any, w: Worker) -> RunJob | None:
         return None
     _pop(src.ready)   # type: ignore[union-attr]
     job = best[1]
-    job.ts.c["taken"] += 1   # its START event names the worker that ran it
+    job.ts.c.taken += 1   # its START event names the worker that ran it
     return job
 
 
@@ -187,10 +187,10 @@ def complete_op(s: Any, w: Worker, job: RunJob, idx: int, t0: int, t1: int, done
         s.hot.emit(_K.OP_END, t1, ts.name, job.index, idx, w.index)
     job.ops_done = idx + 1
     if err is not None:
-        if not ts.c["errors"]:
+        if not ts.c.errors:
             log.error("rt_runtime.sched: task '%s' job %d: op %d raised %r; the job is aborted (further "
                       "errors of this task are only counted)", ts.name, job.index, idx + 1, err)
-        ts.c["errors"] += 1
+        ts.c.errors += 1
         if len(s.errors) < 1000:
             s.errors.append((ts.name, job.index, err))
         job.gen = None

@@ -18,6 +18,7 @@ from .binding import cpu_time_cost, measured_cost
 from .dispatch import complete_op, next_job, run_op
 from .events import EventKind
 from .let import flush_egress
+from .timeline import PUBLISH
 
 _MEASURED = EventKind.MEASURED
 _INF = 1 << 62
@@ -57,10 +58,10 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                         t_op = w.budget_at
         now = now_fn()
         lim = now if now < t_end else t_end
-        while tl and tl[0][0] <= lim and tl[0][0] < t_op:   # events due before the next op completion
+        while tl and tl[0].t <= lim and tl[0].t < t_op:   # events due before the next op completion
             e = pop(tl)
-            if par is not None and e[1] == 0:
-                par.at_deadline(e[4], e[0])   # a LET publish reads the job's result: settle it first
+            if par is not None and e.phase == PUBLISH:
+                par.at_deadline(e.payload, e.t)   # a LET publish reads the job's result: settle it first
             process(e)
         if t_op <= lim:   # then op completions (before events at the same instant: on time is on time)
             for w in workers:
@@ -141,7 +142,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                 if dt >= 0:
                     clock.sleep_until(now + dt, None)   # nothing is due before: the op ran in slack
                     continue
-        t = tl[0][0] if tl else _INF
+        t = tl[0].t if tl else _INF
         if t_op < t:
             t = t_op
         nxt = t if t < t_end else t_end

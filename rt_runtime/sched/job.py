@@ -21,6 +21,21 @@ COUNTERS = ("released", "started", "finished", "published", "missed", "overruns"
             "taken", "max_response_ns", "max_exec_ns")
 
 
+class Counters:
+    """A task's counters (``COUNTERS``, in that order in ``as_dict``): written by the scheduler's modules
+    where the event they count happens, read through ``TaskState.stats``."""
+
+    __slots__ = COUNTERS
+
+    def __init__(self) -> None:
+        for name in COUNTERS:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters by name, in ``COUNTERS`` order."""
+        return {name: getattr(self, name) for name in COUNTERS}
+
+
 class TaskState:
     """A task as the scheduler runs it: wiring, executors, release bookkeeping, mode and counters."""
 
@@ -53,7 +68,8 @@ class TaskState:
         self.active = 0                      # released and neither finished nor aborted
         self.mode = 0                        # 0: primary graph, 1: fallback
         self.clean = 0                       # consecutive clean jobs (for recovery)
-        self.c = dict.fromkeys(COUNTERS, 0)  # counters, exposed by stats()
+        self.c = Counters()                  # exposed by stats()
+        self.safety_state: int | None = None  # the safety supervisor's state, for the task it supervises (safety.monitor)
         self.chain: Any = None               # the run-time chain it belongs to (sched.chains.ChainState)
         self.chain_pos = 0                   # its place in that chain (0: the head)
         self.chain_in: list[tuple] = []      # (graph input, channel, reader, member, output index) handed over
@@ -72,7 +88,9 @@ class TaskState:
 
     def stats(self) -> dict[str, Any]:
         """Counters plus the current mode."""
-        out: dict[str, Any] = dict(self.c)
+        out: dict[str, Any] = self.c.as_dict()
+        if self.safety_state is not None:
+            out["safety_state"] = self.safety_state
         out["mode"] = "fallback" if self.mode else "primary"
         out["worker"] = self.worker
         return out

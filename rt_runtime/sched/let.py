@@ -46,7 +46,7 @@ def snapshot(s: "Scheduler", ts: TaskState, job: RunJob, r: int, skip: Collectio
                 continue
             for ch2, s2 in pins:
                 ch2.unpin(s2)
-            ts.c["no_input"] += 1
+            ts.c.no_input += 1
             if tr:
                 s.hot.emit(_K.DROP, r, ts.name, job.index, DROP_NO_INPUT, 1)
             return None
@@ -89,7 +89,7 @@ def publish(s: "Scheduler", job: RunJob, t: int, at_finish: bool) -> None:
         for tts in s.triggers.get(ch.name, ()):
             s.trigger(tts, t)
     job.outs = ()
-    ts.c["published"] += 1
+    ts.c.published += 1
     if s.tr:
         s.sink.emit(_K.PUBLISH, t, ts.name, job.index, len(ts.writers), int(at_finish))
 

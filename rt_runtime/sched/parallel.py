@@ -248,17 +248,17 @@ class ParallelCommit:
         ts = job.ts
         c = ts.c
         if isinstance(err, NoInput):   # as the serial driver counts a chain member it could not feed
-            c["no_input"] += 1
+            c.no_input += 1
             s.emit(_K.DROP, t, ts.name, job.index, DROP_NO_INPUT, 1)
-        elif not c["errors"]:
+        elif not c.errors:
             log.error("rt_runtime.sched: task '%s' job %d: an op raised %r; the job is aborted (further errors of "
                       "this task are only counted)", ts.name, job.index, err)
         if not isinstance(err, NoInput):
-            c["errors"] += 1
+            c.errors += 1
             if len(s.errors) < 1000:
                 s.errors.append((ts.name, job.index, err))
-        c["finished"] -= 1
-        c["aborted"] += 1
+        c.finished -= 1
+        c.aborted += 1
         s._cancel_outputs(job)
         job.aborted = True
         job.state = ABORTED

@@ -2,11 +2,11 @@
 
 It owns the timeline, a heap of instants at which something happens:
 
-* phase 0, the deadline of a job: publish its outputs (LET write) or declare a miss;
-* phase 1, an ingress message becoming visible on its channel;
-* phase 2, the release of a job (periodic, or triggered by a message), which snapshots inputs.
+* ``PUBLISH``, the deadline of a job: publish its outputs (LET write) or declare a miss;
+* ``INGRESS``, an ingress message becoming visible on its channel;
+* ``RELEASE``, the release of a job (periodic, or triggered by a message), which snapshots inputs.
 
-Entries are ``(t, phase, name, index, payload)`` and unique before the payload, so the order of
+Entries are ``timeline.Entry(t, phase, name, index, payload, stamp)``, unique before the payload, so the order of
 everything at one instant is fixed: publishes, then ingress, then releases, each by name then
 index. Hence a job released at t sees what was published at t. Nothing here sleeps, spawns a
 thread or reads a clock; drivers (``inline``, ``threads``) call it, holding ``lock`` if threaded.
@@ -28,6 +28,7 @@ from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
 from .let import publish, reserve, snapshot
 from .policy import Policy
+from .timeline import INGRESS, PUBLISH, RELEASE, Entry
 
 Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
 # On an asynchronous device the data is a host copy, handed over by the driver outside the lock (flush_egress).
@@ -56,10 +57,10 @@ class Scheduler:
         self.max_active = max_active
         self.steal = False   # work-conserving dispatch across workers (dispatch.py)
         self.workers: list[Any] = []
-        self.timeline: list[tuple] = []
+        self.timeline: list[Entry] = []   # a heap (sched.timeline)
         self.triggers: dict[str, list[TaskState]] = {}
         self.lock = threading.Lock()
-        self.inbox: deque[tuple[str, int, Any]] = deque()   # ingress pushed from other threads
+        self.inbox: deque[tuple[str, int, Any, int]] = deque()   # ingress pushed from other threads: push's arguments
         self.wake: threading.Event | None = None            # set when the timeline gets an earlier entry
         self.wake_at = 1 << 62                               # the instant the timekeeper sleeps until
         self.deterministic = True
@@ -98,7 +99,7 @@ class Scheduler:
             elif ts.triggered:
                 self.triggers.setdefault(ts.task.trigger, []).append(ts)   # type: ignore[arg-type]
             else:
-                _push(self.timeline, (ts.offset, 2, ts.name, 0, ts))
+                _push(self.timeline, Entry(ts.offset, RELEASE, ts.name, 0, ts))
             if ts.on_finish:
                 self.mark_nondeterministic(0, f"task '{ts.name}' publishes on finish")
 
@@ -130,10 +131,10 @@ class Scheduler:
         if len(self.nondeterminism) < 100:
             self.nondeterminism.append((t, why))
 
-    def schedule(self, entry: tuple) -> None:
+    def schedule(self, entry: Entry) -> None:
         """Add a timeline entry; wake a sleeping timekeeper if it is earlier than its wake-up."""
         _push(self.timeline, entry)
-        if entry[0] < self.wake_at and self.wake is not None:
+        if entry.t < self.wake_at and self.wake is not None:
             self.wake.set()
 
     def push(self, channel: str, t_ns: int, data: Any, stamp_ns: int = -1) -> None:
@@ -143,7 +144,7 @@ class Scheduler:
             raise KeyError(f"push: no channel named {channel!r} (have: {sorted(self.channels)})")
         seq = self._ingress_seq
         self._ingress_seq = seq + 1
-        self.schedule((int(t_ns), 1, channel, seq, data, int(stamp_ns)))
+        self.schedule(Entry(int(t_ns), INGRESS, channel, seq, data, int(stamp_ns)))
 
     def drain_inbox(self) -> None:
         """Move messages pushed from other threads onto the timeline."""
@@ -158,14 +159,14 @@ class Scheduler:
         t_min = 1 << 62
         trig = self.triggers
         for e in self.timeline:
-            t = e[0]
+            t = e.t
             if t >= t_min:
                 continue
-            phase = e[1]
-            if phase == 2 or (phase == 1 and e[2] in trig):
+            phase = e.phase
+            if phase == RELEASE or (phase == INGRESS and e.name in trig):
                 t_min = t
-            elif phase == 0:
-                job = e[4]
+            elif phase == PUBLISH:
+                job = e.payload
                 st = job.state
                 if st == READY or st == RUNNING or st == PREEMPTED or (
                         st == FINISHED and not job.ts.on_finish and any(ch.name in trig for _, ch in job.ts.writers)):
@@ -173,20 +174,20 @@ class Scheduler:
         return t_min
 
     # ---- the timeline -----------------------------------------------------------------------
-    def process(self, entry: tuple) -> None:
+    def process(self, entry: Entry) -> None:
         """Handle one timeline entry (already popped)."""
-        t, phase, _, index, payload = entry[:5]
-        if phase == 2:
+        t, phase, name, index, payload, stamp = entry
+        if phase == RELEASE:
             if index < 0:
                 timeout(self, payload, t)   # a chain member not released by its chain for its own period
             elif payload.chain_pos > 0:
                 reserved_release(self, payload, t)   # a degraded member's own period (sched.chains)
             else:
                 self.release(payload, t)
-        elif phase == 0:
+        elif phase == PUBLISH:
             self.deadline(payload, t)
         else:
-            self._ingress(entry[2], t, payload, entry[5])
+            self._ingress(name, t, payload, stamp)
 
     def _ingress(self, name: str, t: int, data: Any, stamp_ns: int) -> None:
         ch = self.channels[name]
@@ -209,7 +210,7 @@ class Scheduler:
             return   # an "all" join still waits for another input
         r = t if ts.last_release is None else max(t, ts.last_release + ts.period)
         ts.pending_release = True
-        self.schedule((r, 2, ts.name, ts.next_index, ts))
+        self.schedule(Entry(r, RELEASE, ts.name, ts.next_index, ts))
 
     def release(self, ts: TaskState, r: int) -> None:
         """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
@@ -220,11 +221,11 @@ class Scheduler:
             ts.last_release = r
             if reserved(ts):
                 ts.stream = True
-                _push(self.timeline, (next_on_grid(ts, r), 2, ts.name, ts.next_index + 1, ts))
+                _push(self.timeline, Entry(next_on_grid(ts, r), RELEASE, ts.name, ts.next_index + 1, ts))
             else:
                 arm_timeout(self, ts, r)
         else:
-            _push(self.timeline, (r + ts.period, 2, ts.name, ts.next_index + 1, ts))
+            _push(self.timeline, Entry(r + ts.period, RELEASE, ts.name, ts.next_index + 1, ts))
         d = r + ts.deadline
         # A degraded task's fallback released on its own period runs ahead of every other job: the
         # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
@@ -253,7 +254,7 @@ class Scheduler:
         self.arm(job, r)
         if ts.chain is not None and ts.chain_pos == 0:
             open_instance(self, job, r)   # the whole chain publishes at r + its deadline
-        _push(self.timeline, (job.deadline_ns, 0, ts.name, job.index, job))
+        _push(self.timeline, Entry(job.deadline_ns, PUBLISH, ts.name, job.index, job))
         if ts.spec is not None and ts.spec.on_release(job, r):
             # A cached hypothesis matched: its outputs are committed, the job finished at r. Its worker,
             # idle, may speculate for the next release now.
@@ -277,12 +278,12 @@ class Scheduler:
         ts.next_index = idx + 1
         c = ts.c
         if ts.active >= self.max_active:
-            c["dropped_releases"] += 1
+            c.dropped_releases += 1
             if self.tr:
                 self.hot.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
             return None
         job = RunJob(ts, idx, r, d, key)
-        c["released"] += 1
+        c.released += 1
         if announce and self.tr:
             self.hot.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
         stale = 0
@@ -329,7 +330,7 @@ class Scheduler:
                 ts.clean += 1   # the common case, inline: a clean job in primary mode
         elif st == READY or st == RUNNING or st == PREEMPTED or st == WAITING:
             job.missed = True
-            ts.c["missed"] += 1
+            ts.c.missed += 1
             self.mark_nondeterministic(t, f"task '{ts.name}' job {job.index} missed its deadline")
             self.emit(_K.MISS, t, ts.name, job.index, job.worker if st == RUNNING or st == PREEMPTED else -1,
                       job.ops_done)
@@ -361,17 +362,17 @@ class Scheduler:
         for ch, s in job.pins:
             ch.unpin(s)
         job.pins = ()
-        c["finished"] += 1
+        c.finished += 1
         ts.on = -1
         if self.steal:   # its next job may wait in its worker's queue for this one to end
             cond = self.workers[ts.worker].cond
             if cond is not None:
                 cond.notify()
         resp = t - job.release_ns
-        if resp > c["max_response_ns"]:
-            c["max_response_ns"] = resp
-        if job.exec_ns > c["max_exec_ns"]:
-            c["max_exec_ns"] = job.exec_ns
+        if resp > c.max_response_ns:
+            c.max_response_ns = resp
+        if job.exec_ns > c.max_exec_ns:
+            c.max_exec_ns = job.exec_ns
         if self.tr:
             self.hot.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
         for sp in self.speculators:   # a new output, or every worker idle now: wake a speculating worker
@@ -381,7 +382,7 @@ class Scheduler:
         if not self.wants_output(job):
             self._cancel_outputs(job)
             job.state = DONE
-            c["skipped"] += 1
+            c.skipped += 1
             if self.tr:
                 self.hot.emit(_K.DROP, t, ts.name, job.index, DROP_OUTPUT, 1)
         elif job.missed:                  # reaction "none": publish late, on finish
@@ -421,7 +422,7 @@ class Scheduler:
         ts.active -= 1
         job.aborted = True
         job.state = ABORTED
-        ts.c["aborted"] += 1
+        ts.c.aborted += 1
         self.emit(_K.ABORT, t, ts.name, job.index, worker, job.ops_done)
         if job.chain_run is not None:
             release_next(self, job, t)

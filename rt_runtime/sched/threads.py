@@ -245,9 +245,9 @@ def run_threaded(rt: Any, t_end: int) -> None:
             if s.inbox:
                 s.drain_inbox()
             now = clock.now()
-            while tl and tl[0][0] <= now and tl[0][0] <= t_end:
+            while tl and tl[0].t <= now and tl[0].t <= t_end:
                 s.process(pop(tl))
-            t = tl[0][0] if tl else _INF
+            t = tl[0].t if tl else _INF
             nxt = t if t < t_end else t_end
             s.wake_at = nxt
         if s.outbox:   # egress copies of what was published here: waited for off the lock

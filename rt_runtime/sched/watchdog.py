@@ -80,7 +80,7 @@ class Watchdog:
             return
         ts = job.ts
         job.overrun = True
-        ts.c["overruns"] += 1
+        ts.c.overruns += 1
         self.s.emit(EventKind.OVERRUN, t, ts.name, job.index, exec_ns, ts.wcet)
         if ts.on_overrun is Reaction.NONE:
             ts.clean = 0
@@ -97,7 +97,7 @@ class Watchdog:
             m.clean = 0
             if m.mode == 0 and m.executors[1] is not None:
                 m.mode = 1
-                m.c["degraded"] += 1
+                m.c.degraded += 1
                 start_reserved(self.s, m, t)   # a chain member: its fallback on its own period from now
                 if m is not ts:
                     self.s.emit(EventKind.REACTION, t, m.name, -1, REACT_DEGRADE, 1)
@@ -115,7 +115,7 @@ class Watchdog:
             if all(m.clean >= m.recover_after and m.name not in self.held for m in degraded):
                 for m in degraded:
                     m.mode = 0
-                    m.c["recovered"] += 1
+                    m.c.recovered += 1
                     self.s.emit(EventKind.REACTION, t, m.name, job.index if m is ts else -1, REACT_RECOVER, 0)
 
     def stall(self, worker: int, job: RunJob, t: int) -> None:
@@ -124,7 +124,7 @@ class Watchdog:
 
     def stall_in(self, worker: int, ts: Any, index: int, op: int, t: int) -> None:
         """Report a worker stuck in task ``ts``'s op ``op`` of job ``index`` (-1: a speculative op)."""
-        ts.c["stalls"] += 1
+        ts.c.stalls += 1
         self.stalled[worker] = (ts.name, index, t)
         self.s.emit(EventKind.STALL, t, ts.name, index, worker, op)
         log.warning("rt_runtime.sched: worker %d stalled in task '%s' %s, op %d (detected at t=%dns)",
