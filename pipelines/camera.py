@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rt_runtime import Graph, Op, TensorSpec
-from rt_runtime.exec import kernel, script_module
+from rt_runtime.exec import kernel
 from pipelines import schema
 from pipelines.geometry import compact
 from pipelines.lidar import on_device
@@ -321,7 +321,7 @@ def build_camera_graph(device: str = "cpu", **params: object) -> Graph:
     count_spec = on_device(schema.count("camera_box_count"), device)
     mean = torch.tensor(MEAN, device=device) * 255
     inv_std = 1.0 / (torch.tensor(STD, device=device) * 255)
-    net = script_module(DeployedNet(load_net(p.weights)).to(device))   # fused on the host, then moved
+    net = kernel(DeployedNet(load_net(p.weights)).to(device))   # fused on the host, then moved
 
     def preprocess(image: torch.Tensor, x: torch.Tensor, rows: torch.Tensor, sums: torch.Tensor,
                    block: torch.Tensor) -> None:

@@ -1,7 +1,7 @@
-"""The LiDAR detector's op bodies as TorchScript kernels (``rt_runtime.exec.kernel``): off the GIL.
+"""The LiDAR detector's op bodies as kernels (``rt_runtime.exec.kernel``: eager, jit or aot, chosen at set-up).
 
 Each op of ``pipelines/lidar.py`` is one kernel call here; the algorithms are described there. The
-kernels take tensors and plain numbers only (TorchScript has no dataclasses or closures): the op
+kernels take tensors and plain numbers only (what torch.export and Dynamo trace best): the op
 builders precompute the constant tensors (the ground fit's design matrix, the heading fans) and
 pass the tuning as floats and ints, those of the box fit as a ``BoxRules``.
 """

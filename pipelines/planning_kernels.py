@@ -1,8 +1,8 @@
-"""The planner's kernels: the Frenet sampling planner's op bodies as TorchScript (``rt_runtime.exec.kernel``).
+"""The planner's kernels: the Frenet sampling planner's op bodies (``rt_runtime.exec.kernel``: eager, jit or aot).
 
 ``pipelines.planning`` builds the ops and documents the method; these are their bodies, one kernel
-per op, reading ``PlannerParams``' numbers as ``Knobs`` (TorchScript takes no dataclass). Columns are
-indexed by number (TorchScript reads no module-level variable), so the order they assume is checked
+per op, reading ``PlannerParams``' numbers as ``Knobs`` (plain numbers: what a compiler traces best). Columns
+are indexed by number (written for TorchScript once, which read no module variable), so their order is checked
 when this module is imported.
 """
 from __future__ import annotations

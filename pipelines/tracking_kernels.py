@@ -1,8 +1,8 @@
-"""The tracker's op bodies as TorchScript kernels (``rt_runtime.exec.kernel``): off the GIL.
+"""The tracker's op bodies as kernels (``rt_runtime.exec.kernel``: eager, jit or aot, chosen at set-up).
 
 Each op of ``pipelines/tracking.py`` is one kernel call here (``associate`` on the CPU: two, around
 scipy's Hungarian solver); the filter and the track rules are described there. The kernels take
-tensors and plain numbers only (TorchScript has no dataclasses, closures or module-level ints): the
+tensors and plain numbers only (written for TorchScript once: no dataclasses, closures or module ints): the
 op builders pass ``TrackerParams`` as ``Knobs``, and rows are read column by column in the schema's
 order, which the asserts below pin.
 """

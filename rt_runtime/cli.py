@@ -26,6 +26,7 @@ COMMANDS = {
     "play": "publish a bag's messages on their ROS 2 topics with their timing (and /clock), like `ros2 bag play`",
     "faults": "fault-injection campaign over the built-in scenario: detected, recovered, wrong outputs, crashes",
     "schema": "print the JSON Schema of a stack file, for editors to complete and check it (--out FILE writes it)",
+    "compile": "each task's kernels and the mode each runs (eager, jit, aot), chosen by measured net benefit; --build caches",
 }
 
 

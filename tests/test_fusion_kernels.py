@@ -13,6 +13,7 @@ from pipelines.geometry import CameraModel, hungarian_assign
 from pipelines.tracking import TrackerParams, build_fusion_tracking_graph, initial_tracker_state
 from pipelines.tracking_kernels import Knobs
 from rt_runtime import Graph
+from rt_runtime.exec import Kernel
 from rt_runtime.exec import GraphExecutor
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -101,7 +102,7 @@ def test_fusion_tracking_kernels_write_what_their_python_bodies_write() -> None:
     for i in range(FRAMES):
         job = {**frame(i, g), **state}
         out = {n: v.clone() for n, v in ex.run(job).items()}
-        assert kernels.update.compiled is not None and fusion._fuse_camera.compiled is not None
+        assert isinstance(kernels.update, Kernel) and isinstance(fusion._fuse_camera, Kernel)
         want: dict[str, torch.Tensor] = dict(zip(("lr_objects", "lr_count"), fresh(out, "lr_objects", "lr_count")))
         fusion._fuse_lidar_radar.py(job["boxes"], job["box_count"], job["radar_objects"], job["radar_object_count"],
                                     *want.values(), FP.radar_gate_m, FP.min_radar_score, FP.radar_only_score,

@@ -1,13 +1,18 @@
-"""Kernels (exec/kernel.py): TorchScript bodies, bit-equal to the Python body, one-line errors."""
+"""Kernels and the compiler seam (exec/kernel.py, exec/compile.py, exec/cache.py): eager by default with no
+TorchScript, the calls a warm-up records, the net-benefit choice, the cache's keys and its unreadable records,
+and one tiny kernel through ``jit`` (the only compile here: 4-40 s on a 2-core machine)."""
 from __future__ import annotations
 
-import os
-import threading
+import json
+import warnings
 
 import pytest
 import torch
 
-from rt_runtime.exec import KernelError, kernel
+from rt_runtime.exec import GraphExecutor, Kernel, KernelError, kernel
+from rt_runtime.exec import cache
+from rt_runtime.exec.compile import REQUESTS, bit_equal, compile_graph, default_request, net_benefit, pick, prepare
+from rt_runtime.exec.kernel import recording
 
 
 def _axpy(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor, k: int) -> None:
@@ -17,44 +22,138 @@ def _axpy(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor, k: int) -> None:
     out.copy_(y)
 
 
-@pytest.mark.skipif(bool(os.environ.get("RT_RUNTIME_EAGER_KERNELS")), reason="kernels run as Python here")
-def test_a_kernel_writes_what_the_python_body_writes_bit_for_bit() -> None:
+def _scale(x: torch.Tensor, out: torch.Tensor, s: float) -> None:
+    torch.mul(x, s, out=out)
+
+
+def test_a_kernel_runs_its_python_body_by_default_and_nothing_warns() -> None:
     k = kernel(_axpy)
     g = torch.Generator().manual_seed(11)
     a, x = torch.randn(257, generator=g), torch.randn(257, generator=g)
     want, got = torch.empty(257), torch.empty(257)
     _axpy(a, x, want, 40)
-    k(a, x, got, 40)
-    assert torch.equal(want, got) and "compiled" in repr(k)
-    assert isinstance(k.compiled, torch.jit.ScriptFunction)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # torch's TorchScript deprecation warning would raise here
+        k(a, x, got, 40)
+    assert torch.equal(want, got) and k.mode == "eager" and k.impl is _axpy and "eager" in repr(k)
+    assert k.name == f"{__name__}._axpy" and k.__name__ == "_axpy"
 
 
-def test_threads_compile_a_kernel_once_and_all_get_its_result() -> None:
-    k = kernel(_axpy)
-    a = x = torch.full((8,), 0.5)
-    outs = [torch.empty(8) for _ in range(4)]
-    ths = [threading.Thread(target=k, args=(a, x, o, 5)) for o in outs]
-    for t in ths:
-        t.start()
-    for t in ths:
-        t.join()
-    assert all(torch.equal(o, outs[0]) for o in outs) and float(outs[0][0]) != 0.5
+def test_a_module_is_a_kernel_named_by_its_class() -> None:
+    lin = torch.nn.Linear(3, 2)
+    k = kernel(lin)
+    x = torch.ones(1, 3)
+    assert torch.equal(k(x), lin(x)) and k.name == "torch.nn.modules.linear.Linear"
 
 
-def _not_script(x: torch.Tensor, out: torch.Tensor) -> None:
-    out.copy_(torch.as_tensor(sorted({float(v) for v in x})))   # a set comprehension: not TorchScript
+def test_recording_notes_each_kernels_first_arguments_and_calls_then_restores_it() -> None:
+    k = kernel(_scale)
+    x, out = torch.arange(4.0), torch.empty(4)
+    with recording() as seen:
+        k(x, out, 2.0)
+        k(x, out, 3.0)
+    assert seen[k][1] == 2 and seen[k][0][2] == 2.0 and seen[k][0][0] is x
+    assert k.impl is _scale and out.tolist() == [0.0, 3.0, 6.0, 9.0]
 
 
-def test_a_body_torchscript_cannot_compile_is_one_line_naming_it() -> None:
-    with pytest.raises(KernelError) as e:
-        kernel(_not_script)(torch.ones(2), torch.empty(2))
-    msg = str(e.value)
-    assert "\n" not in msg and "tests.test_kernels._not_script" in msg or "_not_script" in msg
-
-
-def test_eager_mode_runs_the_python_body(monkeypatch) -> None:
+def test_use_refuses_an_unknown_mode_in_one_line_and_the_eager_switch_wins(monkeypatch) -> None:
+    k = kernel(_scale)
+    with pytest.raises(KernelError, match=f"{__name__}._scale: mode 'fast': expected one of eager, jit, aot"):
+        k.use("fast", _scale)
     monkeypatch.setenv("RT_RUNTIME_EAGER_KERNELS", "1")
-    k = kernel(_not_script)
-    out = torch.empty(2)
-    k(torch.tensor([2.0, 1.0]), out)
-    assert out.tolist() == [1.0, 2.0] and k.compiled is k.py
+    k.use("jit", lambda *a: None)
+    assert k.mode == "eager" and k.impl is _scale
+
+
+def test_the_net_benefit_rule_picks_a_bit_identical_mode_that_pays_for_itself() -> None:
+    assert net_benefit(100e-6, 40e-6, 1000, 0.05) == pytest.approx(0.01)
+    rec = {"t_eager": 100e-6, "modes": {"jit": {"t": 40e-6, "build_s": 10.0, "load_s": 0.5, "bit_equal": True},
+                                        "aot": {"t": 20e-6, "build_s": 30.0, "load_s": 1.0, "bit_equal": False}}}
+    # 60 us x 6000 calls = 0.36 s saved: less than a build, more than nothing
+    assert pick("auto", rec, 6000, built=set())[0] == "eager"
+    mode, nets, why = pick("auto", rec, 1e6, built=set())          # 60 s saved, 10 s build: jit
+    assert mode == "jit" and nets["jit"] == pytest.approx(50.0) and "bit-identical" in why
+    assert pick("auto", rec, 1e6, built={"jit"})[1]["jit"] == pytest.approx(59.5)   # built: its load's cost
+    # aot saves more, but its bits differ from eager's: auto never takes it
+    assert pick("auto", rec, 1e9, built={"jit", "aot"})[0] == "jit"
+    assert pick("aot", rec, 10, built=set())[0] == "aot"              # asked: taken, whatever it costs
+    assert pick("auto", {"modes": {}}, 1e9, set()) == ("eager", {}, "nothing measured (rt-runtime compile measures)")
+    failed = {"t_eager": 1e-3, "modes": {"aot": {"error": "Unsupported: data-dependent", "build_s": 2.0}}}
+    assert pick("aot", failed, 1e9, set())[0] == "eager" and "aot failed: Unsupported" in pick("aot", failed, 1, set())[2]
+
+
+def test_the_default_request_is_eager_and_a_bad_one_names_the_variable(monkeypatch) -> None:
+    monkeypatch.delenv("RT_RUNTIME_COMPILE", raising=False)
+    assert default_request() == "eager" and REQUESTS == ("auto", "eager", "jit", "aot")
+    monkeypatch.setenv("RT_RUNTIME_COMPILE", "fastest")
+    with pytest.raises(ValueError, match="RT_RUNTIME_COMPILE: expected one of auto, eager, jit, aot, found 'fastest'"):
+        default_request()
+
+
+def test_the_cache_key_follows_shapes_scalars_device_and_torch(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("RT_RUNTIME_CACHE", str(tmp_path))
+    k = kernel(_scale)
+    x, out = torch.ones(4), torch.empty(4)
+    base = cache.key(k, (x, out, 2.0), "cpu")
+    assert base == cache.key(k, (torch.zeros(4), torch.empty(4), 2.0), "cpu")   # values of tensors: no
+    assert len({base, cache.key(k, (torch.ones(5), torch.empty(5), 2.0), "cpu"),
+                cache.key(k, (x, out, 3.0), "cpu"), cache.key(k, (x, out, 2.0), "cuda:0"),
+                cache.key(kernel(_axpy), (x, out, 2.0), "cpu")}) == 5
+    monkeypatch.setattr(torch, "__version__", "0.0.0")
+    assert cache.key(k, (x, out, 2.0), "cpu") != base
+    assert cache.cache_dir() == tmp_path
+
+
+def test_an_unreadable_record_is_one_note_then_rebuilt_not_a_crash(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv("RT_RUNTIME_CACHE", str(tmp_path))
+    cache.save_record("abc", {"kernel": "k", "modes": {}, "t_eager": 1e-5})
+    assert cache.load_record("abc")["t_eager"] == 1e-5 and cache.load_record("nope") is None
+    (tmp_path / "abc.json").write_text('{"kernel": "k", "mo')         # cut short
+    assert cache.load_record("abc") is None and not (tmp_path / "abc.json").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "abc.json: unreadable (JSONDecodeError" in err[0] and err[0].endswith("rebuilt")
+    (tmp_path / "old.json").write_text(json.dumps({"version": -1, "modes": {}}))
+    assert cache.load_record("old") is None and "not a record of this version" in capsys.readouterr().err
+
+
+def test_auto_and_eager_build_nothing_and_keep_the_python_body(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("RT_RUNTIME_CACHE", str(tmp_path))
+    k = kernel(_scale)
+    with recording() as seen:
+        k(torch.ones(3), torch.empty(3), 2.0)
+    (auto,) = prepare(seen, "auto", 100, 1, "cpu")
+    (eager,) = prepare(seen, "eager", 100, 1, "cpu")
+    assert auto.mode == eager.mode == "eager" and k.impl is _scale and "nothing measured" in auto.why
+    assert auto.t_eager is None and not list(tmp_path.glob("*.json"))   # nothing timed, nothing written
+    with pytest.raises(ValueError, match="compile: expected one of auto, eager, jit, aot, found 'fast'"):
+        prepare(seen, "fast", 100, 1, "cpu")
+
+
+def test_jit_builds_once_at_set_up_writes_the_eager_bits_and_auto_then_reads_the_record(monkeypatch, tmp_path, capsys):
+    """The one compile of the suite: a one-op kernel in a one-op graph through ``jit``, cached in a tmp folder."""
+    from rt_runtime import Graph, Op, TensorSpec
+
+    monkeypatch.setenv("RT_RUNTIME_CACHE", str(tmp_path))
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    # Inductor's own cache where torch keeps it: warm after a first run (about 5 s here instead of 35)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    k = kernel(_scale)
+    xs, ys = TensorSpec("x", (8,), "float32"), TensorSpec("y", (8,), "float32")
+    ex = GraphExecutor(Graph("g", [Op("scale", lambda x, y: k(x, y, 2.0), (xs,), (ys,))], [xs], ["y"]))
+    x = torch.arange(8.0)
+    (c,) = compile_graph(ex, {"x": x}, "jit", jobs=1000, runs=2)
+    assert c.mode == "jit" and k.mode == "jit" and c.calls == 1000 and c.bit_equal == {"jit": True}
+    assert c.t["jit"] > 0 and c.cost["jit"] > 0 and c.net["jit"] < 0    # 1000 calls never pay for a build
+    assert torch.equal(ex.run({"x": x})["y"], x * 2.0)
+    assert bit_equal(k, k.impl, (x, torch.empty(8), 2.0))
+    assert f"kernel {__name__}._scale: jit built in" in capsys.readouterr().err
+    rec = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert rec["kernel"] == f"{__name__}._scale" and rec["modes"]["jit"]["bit_equal"] is True
+    # auto reads the record, builds nothing, and takes jit at 1e9 calls if its call is faster (a one-op kernel's
+    # may not be: Dynamo's guards cost more than one small aten call)
+    (a,) = compile_graph(ex, {"x": x}, "auto", jobs=1e9, runs=1)
+    assert a.t == c.t and a.t_eager == c.t_eager and "built in" not in capsys.readouterr().err
+    assert a.mode == ("jit" if c.t["jit"] < c.t_eager else "eager") and (a.net["jit"] > 0) == (a.mode == "jit")
+    k.use("eager", k.py)
+    torch.compiler.set_stance("default")

@@ -1,5 +1,5 @@
 """The graph executor: one job of a graph, op by op, on a device inside its arenas; op bodies as kernels."""
 from .executor import GraphExecutor
-from .kernel import Kernel, KernelError, kernel, script_module
+from .kernel import Kernel, KernelError, kernel
 
-__all__ = ["GraphExecutor", "Kernel", "KernelError", "kernel", "script_module"]
+__all__ = ["GraphExecutor", "Kernel", "KernelError", "kernel"]

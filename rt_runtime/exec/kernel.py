@@ -1,99 +1,101 @@
-"""Kernels: an op's body compiled by TorchScript, so that it runs in C++ and off the GIL.
-
-An op written as many small torch calls between Python lines holds the GIL between every two of
-them: two worker threads then trade the GIL and run *slower* together than one alone (about 0.5x
-on 2 cores, ``bench/bench_kernels.py``). The same body as a TorchScript function is one Python call
-that runs in C++ without the GIL, so workers compute side by side, and it skips the interpreter's
-per-call overhead as well. Same kernels in the same order: the results are bit-identical to the
-Python body's (a test of each pipeline's kernels checks it).
+"""Kernels: an op's body as one callable whose implementation the compiler seam chooses.
 
 Write the body as a module-level function with type hints (tensors, ints, floats, bools, lists,
-tuples; no closures, no numpy) and decorate it::
+tuples) and decorate it::
 
     @kernel
     def _ground(points: Tensor, plane: Tensor, band: float) -> None: ...
 
-The op's ``fn`` then calls it with its tensors and its parameters. Compilation happens at the first
-call (a graph's warm-up), once per process; ``RT_RUNTIME_EAGER_KERNELS=1`` runs the Python bodies
-instead (to debug with ``pdb``, or to measure what compiling buys).
+The op's ``fn`` then calls it with its tensors and its parameters. A kernel runs its Python body
+(``eager``) until set-up gives it another implementation (``Kernel.use``): ``torch.compile``
+(``jit``) or an AOTInductor package (``aot``), built and chosen by ``rt_runtime.exec.compile`` from
+the calls a graph's warm-up made (``recording``), never inside a live job. A module (the camera's
+net) is a kernel too: ``kernel(module)``. ``RT_RUNTIME_EAGER_KERNELS=1`` keeps every kernel eager
+whatever the stack asks (to debug with ``pdb``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import os
 import threading
-import warnings
-from typing import Any, Callable
+import weakref
+from typing import Any, Callable, Iterator
 
-import torch
+MODES = ("eager", "jit", "aot")
+"""What a kernel may run: its Python body, ``torch.compile`` (Inductor), an AOTInductor package."""
 
-# TorchScript's compiler is not meant to be entered by two threads at once; reentrant, so that a
-# kernel's check-and-compile holds it across both.
+# Set-up swaps implementations; two set-ups at once would interleave their swaps.
 _LOCK = threading.RLock()
+_ALL: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
 
 def eager() -> bool:
-    """True under ``RT_RUNTIME_EAGER_KERNELS=1``: kernels and scripted modules run as plain Python."""
+    """True under ``RT_RUNTIME_EAGER_KERNELS=1``: every kernel runs its Python body."""
     return os.environ.get("RT_RUNTIME_EAGER_KERNELS", "") not in ("", "0")
 
 
-def _script(obj: Any) -> Any:
-    with _LOCK, warnings.catch_warnings():
-        # torch marks TorchScript deprecated for torch.compile, which took 55 s to compile a toy kernel
-        # here and needs a C++ toolchain at run time (docs/BENCHMARKS.md, "Kernels"): a deliberate
-        # choice, not news per call.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return torch.jit.script(obj)
-
-
-def script_module(module: torch.nn.Module) -> torch.nn.Module:
-    """``module`` scripted by TorchScript (its whole forward one C++ call off the GIL, the same aten
-    kernels in the same order: no freezing or fusion passes, which could change the bits); the module
-    itself under ``RT_RUNTIME_EAGER_KERNELS=1``."""
-    return module if eager() else _script(module)
-
-
 class KernelError(RuntimeError):
-    """A kernel's body is not valid TorchScript: one line naming the function and the first problem."""
+    """A kernel that cannot be built in the mode asked: one line naming the kernel and the first problem."""
 
 
 class Kernel:
-    """A function compiled by TorchScript at its first call; called exactly like the function."""
+    """An op body, called exactly like the function; ``impl`` is what a call runs (the body by default)."""
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.py = fn
-        self.compiled: Callable[..., Any] | None = None
-        self.eager = eager()
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        self.impl: Callable[..., Any] = fn
+        self.mode = "eager"
+        if hasattr(fn, "forward") and not inspect.isfunction(fn):   # a module: named by its class
+            self.name = f"{type(fn).__module__}.{type(fn).__qualname__}"
+        else:
+            self.name = f"{fn.__module__}.{fn.__qualname__}"
+            functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        _ALL.add(self)
 
-    def compile(self) -> Callable[..., Any]:
-        """Compile now (idempotent); raises KernelError with one line if the body is not TorchScript."""
-        with _LOCK:   # two threads at a first call: one compiles, the other finds it done
-            if self.compiled is not None:
-                return self.compiled
-            if self.eager:
-                self.compiled = self.py
-            else:
-                try:
-                    compiled = _script(self.py)
-                except Exception as e:   # TorchScript's errors span many lines, with source excerpts
-                    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
-                    raise KernelError(f"kernel {self.py.__module__}.{self.py.__qualname__}: not valid "
-                                      f"TorchScript: {first}") from None
-                self.compiled = compiled
-            return self.compiled
+    def use(self, mode: str, impl: Callable[..., Any]) -> None:
+        """Run ``impl`` (built in ``mode``) from the next call on; the Python body under RT_RUNTIME_EAGER_KERNELS."""
+        if mode not in MODES:
+            raise KernelError(f"kernel {self.name}: mode {mode!r}: expected one of {', '.join(MODES)}")
+        with _LOCK:
+            if eager():
+                mode, impl = "eager", self.py
+            self.mode, self.impl = mode, impl
 
     def __call__(self, *args: Any) -> Any:
-        fn = self.compiled
-        if fn is None:
-            fn = self.compile()
-        return fn(*args)
+        return self.impl(*args)
 
     def __repr__(self) -> str:
-        state = "eager" if self.eager else ("compiled" if self.compiled is not None else "not compiled yet")
-        return f"<kernel {self.py.__qualname__} ({state})>"
+        return f"<kernel {self.name} ({self.mode})>"
 
 
 def kernel(fn: Callable[..., Any]) -> Kernel:
-    """Decorator: ``fn``'s body as a TorchScript kernel (compiled at its first call)."""
+    """Decorator: ``fn`` (a function or a module) as a kernel, eager until set-up chooses otherwise."""
     return Kernel(fn)
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[dict[Kernel, list[Any]]]:
+    """Within: every kernel's calls are recorded (kernel -> [its first call's arguments, calls]), and run as before.
+
+    Set-up only (a graph's warm-up, one thread, before the workers start): what the seam compiles for
+    and measures on; the recorded tensors are the warm-up's own (the executor's views), not copies."""
+    seen: dict[Kernel, list[Any]] = {}
+    with _LOCK:
+        saved = {k: k.impl for k in list(_ALL)}
+
+        def recorder(k: Kernel, impl: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any) -> Any:
+                seen.setdefault(k, [args, 0])[1] += 1
+                return impl(*args)
+            return call
+        recorders = {k: recorder(k, impl) for k, impl in saved.items()}
+        for k, rec in recorders.items():
+            k.impl = rec
+        try:
+            yield seen
+        finally:
+            for k, rec in recorders.items():
+                if k.impl is rec:   # not given another implementation (``use``) inside the block
+                    k.impl = saved[k]

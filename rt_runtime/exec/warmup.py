@@ -1,5 +1,6 @@
 """Warm-up before going live: run each graph on synthetic inputs so lazy initialisation (kernel
-selection, allocator pools, first-touch page faults) happens before the first deadline counts.
+selection, allocator pools, first-touch page faults) happens before the first deadline counts, and
+give its kernels the mode the stack asks (``exec/compile.py``: built or loaded here, never in a job).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from ..core.graph import Graph
 from ..core.tensor import Dim, TensorSpec
 from ..device.base import tensor_device
+from .compile import DEFAULT_JOBS, compile_graph, default_request
 from .executor import GraphExecutor
 
 
@@ -28,13 +30,22 @@ def synthetic_inputs(graph: Graph, device: str = "cpu", symbolic: int = 256) -> 
     return {spec.name: spec_zeros(spec, device, symbolic) for spec in graph.inputs}
 
 
-def warm_up(executor: GraphExecutor, runs: int | None = None) -> bool:
-    """Run ``runs`` (default: the executor's ``warmup``) jobs on synthetic inputs, then let it capture its
-    CUDA graph (``prepare``); a failure is reported on stderr, not raised."""
+def warm_up(executor: GraphExecutor, runs: int | None = None, compile: str | None = None,
+            expected_jobs: float = DEFAULT_JOBS) -> bool:
+    """Run ``runs`` (default: the executor's ``warmup``) jobs on synthetic inputs, give the kernels they
+    called the mode ``compile`` asks (one of ``REQUESTS``; default ``default_request()``) for
+    ``expected_jobs`` jobs, then let it capture its CUDA graph (``prepare``, on the chosen kernels); a
+    failure is reported on stderr, not raised."""
     inputs = synthetic_inputs(executor.graph, tensor_device(executor.device.name))
+    n = runs if runs is not None else getattr(executor, "warmup", 2)
     try:
-        for _ in range(runs if runs is not None else getattr(executor, "warmup", 2)):
-            executor.run(inputs)
+        request = compile or default_request()
+        if request == "eager":
+            for _ in range(n):
+                executor.run(inputs)
+        else:
+            compile_graph(executor, inputs, request, expected_jobs, max(n, 1))
+            executor.run(inputs)   # once more on the kernels as chosen
     except Exception as e:  # noqa: BLE001 - warm-up must never stop a start-up; the live run will report
         print(f"rt_runtime: warm-up of graph '{executor.graph.name}' failed on synthetic inputs: {e!r}",
               file=sys.stderr)
