@@ -250,6 +250,23 @@ def test_analyze_explains_the_miss_from_the_executors_trace(ctx, tmp_path):
     assert tasks["planner/timer:50ms"]["overruns"] == 1
 
 
+def test_diagnostics_report_each_callbacks_misses(ctx):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    cfg = {"diagnostics": "100ms", "callbacks": [{"node": "slowpoke", "timer": "20ms", "deadline": "1ms"}]}
+    node, probe = Node("slowpoke", context=ctx), Node("probe", context=ctx)
+    node.create_timer(0.02, lambda: time.sleep(0.005))   # every job past its 1 ms deadline
+    seen: dict[str, Any] = {}
+    probe.create_subscription(DiagnosticArray, "/diagnostics",
+                              lambda m: seen.update({s.name: s for s in m.status}), 10)
+    ex = DeadlineExecutor(cfg, context=ctx)
+    ex.add_node(node)
+    ex.add_node(probe)
+    name = "deadline_executor: slowpoke/timer:20ms"
+    spin_until(ex, lambda: name in seen and int({kv.key: kv.value for kv in seen[name].values}["missed"]) > 0)
+    assert seen[name].level == DiagnosticStatus.WARN and seen[name].message.endswith("deadline misses")
+    ex.shutdown()
+
+
 def test_a_typo_in_the_executors_file_is_one_line(ctx, tmp_path):
     p = tmp_path / "callbacks.yaml"
     p.write_text("callbacks:\n  - {node: planner, timer: 100ms, deadline: 80ms, on_mis: skip}\n")

@@ -5,6 +5,7 @@
     default_deadline: 100ms        # a callback with no period to derive a deadline from
     poll: 1ms                      # with jobs queued, look for a more urgent arrival when the last wait is this old
     trace: run.rttrace             # write the .rttrace at shutdown (rt-runtime analyze reads it)
+    diagnostics: 1s                # each callback's counts on /diagnostics
     realtime: {enabled: true, priority: 50, cpus: [1]}
     callbacks:
       - {node: "planner*", timer: 100ms, deadline: 80ms, budget: 20ms, on_miss: skip}
@@ -88,6 +89,8 @@ class ExecutorFile(_Model):
     when the queue is empty)."""
     trace: str | None = None
     """.rttrace file written at shutdown."""
+    diagnostics: Duration | None = None
+    """Publish each callback's counts on /diagnostics at this period (default: not at all)."""
     realtime: bool | Realtime | None = None
     """SCHED_FIFO and pinning of the callback threads."""
     callbacks: list[CallbackEntry] | None = None
@@ -132,6 +135,7 @@ class ExecutorConfig:
     rules: list[Rule] = field(default_factory=list)
     source: str | None = None
     poll_ns: int | None = None
+    diagnostics_ns: int | None = None
 
     def timing(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> Timing:
         """The timing the first selecting entry gives (a fresh copy), or the defaults."""
@@ -224,6 +228,7 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
     dd = _dur(source, "default_deadline", doc["default_deadline"]) if doc.get("default_deadline") is not None \
         else DEFAULT_DEADLINE_NS
     poll = _dur(source, "poll", doc["poll"]) if doc.get("poll") is not None else None
+    diag = _dur(source, "diagnostics", doc["diagnostics"]) if doc.get("diagnostics") is not None else None
     trace = doc.get("trace")
     if trace is not None and (not isinstance(trace, str) or not trace):
         raise ConfigError(source, f"trace: expected a file path, found {clip(trace)}", field="trace")
@@ -237,7 +242,7 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
         if missing:
             raise ConfigError(source, f"callbacks[{missing[0]}]: policy fp needs a 'priority:' on every entry",
                               field="priority")
-    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source, poll)
+    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source, poll, diag)
 
 
 def load_config(config: str | Path | dict[str, Any] | ExecutorConfig | None) -> ExecutorConfig:

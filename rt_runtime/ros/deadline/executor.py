@@ -119,6 +119,11 @@ class DeadlineExecutor(Executor):
             self._writer = TraceWriter(path, self._ring)
         self._emit = self._ring.emit if self._ring is not None else None
         self._last_drain = self._t0
+        self._diag = None
+        if self.config.diagnostics_ns:
+            from .diagnostics import DiagnosticsPublisher
+            self._diag = DiagnosticsPublisher(self, self.config.diagnostics_ns / 1e9)
+            self.add_node(self._diag.node)
 
     # --- the callbacks and their jobs ---------------------------------------------------------------------
     def callbacks(self) -> dict[str, Callback]:
@@ -411,6 +416,9 @@ class DeadlineExecutor(Executor):
             if t is not me:
                 t.join(timeout_sec if timeout_sec is not None and timeout_sec >= 0 else None)
         self._threads = []
+        if self._diag is not None:
+            self._diag.destroy()
+            self._diag = None
         self.write_trace()
         return ok
 
