@@ -10,17 +10,25 @@ each, and the table shows the median of the runs' KPIs.
     .venv/bin/python bench/bench_autoware.py                       # 3 runs x 10 s each
     AUTOWARE_BENCH_RUNS=5 AUTOWARE_BENCH_SECONDS=60 .venv/bin/python bench/bench_autoware.py
     .venv/bin/python bench/bench_autoware.py --runs 1 --seconds 5 --json
+    .venv/bin/python bench/bench_autoware.py --seconds 60 --hogs 1      # beside one CPU hog
+
+``--hogs K`` starts K CPU hogs (``while True: pass``, one process each, in their own process group)
+after the crunch is calibrated (so every run does the same work) and kills them when the runs end,
+however they end.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 EX = ROOT / "examples" / "autoware_reference"
@@ -146,6 +154,36 @@ def child(mode: str, duration_s: float, limit: int) -> dict:
 
 
 # ---- the parent: interleaved runs and the table ---------------------------------------------
+@contextlib.contextmanager
+def hogs(k: int) -> Iterator[None]:
+    """``k`` CPU hogs (busy loops, a process group each) for the block's duration; SIGKILLed after it."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
+                              start_new_session=True) for _ in range(k)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def whole(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    n = int(text)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number (0, 1, ...), found {text}")
+    return n
+
+
+def positive(text: str) -> float:
+    """argparse type: a number of seconds > 0."""
+    x = float(text)
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, found {text}")
+    return x
+
+
 def med(vals):
     vals = [v for v in vals if v is not None]
     return round(statistics.median(vals), 2) if vals else None
@@ -164,7 +202,9 @@ ROWS = [("hot-path latency p50 (ms)", lambda r: r["hot_path_latency_ms"]["p50"])
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Autoware reference system: rt_runtime vs rclpy executors")
     ap.add_argument("--runs", type=int, default=int(os.environ.get("AUTOWARE_BENCH_RUNS", 3)))
-    ap.add_argument("--seconds", type=float, default=float(os.environ.get("AUTOWARE_BENCH_SECONDS", 10)))
+    ap.add_argument("--seconds", type=positive, default=float(os.environ.get("AUTOWARE_BENCH_SECONDS", 10)),
+                    help="seconds per run (default 10, or AUTOWARE_BENCH_SECONDS)")
+    ap.add_argument("--hogs", type=whole, default=0, help="CPU hogs the bench starts beside the runs (default 0)")
     ap.add_argument("--crunch-ms", type=float, default=4.0)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", action="store_true")
@@ -183,24 +223,26 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m for m in a.modes.split(",") if m]
     results: dict[str, list[dict]] = {m: [] for m in modes}
     base = int(os.environ.get("ROS_DOMAIN_ID", "42"))
-    for i in range(a.runs):
-        for k, m in enumerate(modes):
-            env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-                       ROS_DOMAIN_ID=str((base + 1 + i * len(modes) + k) % 100 + 1))
-            p = subprocess.run([sys.executable, __file__, "--child", m, "--seconds", str(a.seconds),
-                                "--limit", str(limit)], env=env, capture_output=True, text=True,
-                               timeout=a.seconds + 120)
-            if p.returncode != 0:
-                print(f"bench_autoware: {m} run {i} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
-                return 1
-            results[m].append(json.loads(p.stdout.strip().splitlines()[-1]))
+    with hogs(a.hogs):
+        for i in range(a.runs):
+            for k, m in enumerate(modes):
+                env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
+                           ROS_DOMAIN_ID=str((base + 1 + i * len(modes) + k) % 100 + 1))
+                p = subprocess.run([sys.executable, __file__, "--child", m, "--seconds", str(a.seconds),
+                                    "--limit", str(limit)], env=env, capture_output=True, text=True,
+                                   timeout=a.seconds + 120)
+                if p.returncode != 0:
+                    print(f"bench_autoware: {m} run {i} failed:\n{p.stderr[-2000:]}", file=sys.stderr)
+                    return 1
+                results[m].append(json.loads(p.stdout.strip().splitlines()[-1]))
     table = {m: {name: med([f(r) for r in results[m]]) for name, f in ROWS} for m in modes}
     if a.json:
-        print(json.dumps({"runs": a.runs, "seconds": a.seconds, "crunch_limit": limit, "medians": table,
+        print(json.dumps({"runs": a.runs, "seconds": a.seconds, "hogs": a.hogs, "crunch_limit": limit, "medians": table,
                           "raw": results}))
         return 0
-    print(f"Autoware reference system, {a.runs} run(s) x {a.seconds:g} s per executor, interleaved; "
-          f"crunch limit {limit} (~{a.crunch_ms:g} ms/node); {os.cpu_count()} CPU(s); medians of runs")
+    print(f"Autoware reference system, {a.runs} run(s) x {a.seconds:g} s per executor, interleaved, beside "
+          f"{a.hogs} CPU hog(s); crunch limit {limit} (~{a.crunch_ms:g} ms/node); {os.cpu_count()} CPU(s); "
+          f"medians of runs")
     w = max(len(n) for n, _ in ROWS)
     print(f"{'KPI':<{w}}  " + "  ".join(f"{m:>13}" for m in modes))
     for name, _ in ROWS:
