@@ -41,6 +41,7 @@ from ...sched.events import EventKind as K
 from ...sched.policy import as_policy
 from .config import ExecutorConfig, load_config
 from .jobs import Callback, Job, ReadyQueue, judge, late_at_start, rank
+from .waitset import wait_ready
 
 _REACT = {"none": REACT_NONE, "skip": REACT_SKIP, "abort": REACT_ABORT, "degrade": REACT_DEGRADE}
 _DRAIN_NS = 1_000_000_000   # the trace ring is drained at most once a second, before the executor waits
@@ -124,6 +125,9 @@ class DeadlineExecutor(Executor):
             from .diagnostics import DiagnosticsPublisher
             self._diag = DiagnosticsPublisher(self, self.config.diagnostics_ns / 1e9)
             self.add_node(self._diag.node)
+
+    # rclpy's wait loop, cheaper (waitset.py): the same yields, exceptions and callback-group checks
+    _wait_for_ready_callbacks = wait_ready
 
     # --- the callbacks and their jobs ---------------------------------------------------------------------
     def callbacks(self) -> dict[str, Callback]:
