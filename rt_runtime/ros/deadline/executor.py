@@ -181,10 +181,10 @@ class DeadlineExecutor(Executor):
 
     def _take(self, job: Job, take: Callable[[Any], Any], entity: Any) -> Any:
         """Take the entity's data (rclpy's ``_take_*``), then run the callback, nothing, or its fallback."""
-        if job.action == "none":
-            return take(entity)
+        if job.action == "none" or job.cb.kind not in ("timer", "subscription"):
+            return take(entity)   # a service's request is always answered, a client's response always delivered
         coro = take(entity)
-        if coro is None:
+        if coro is None or job.action == "abort":
             return None
         if job.action == "skip":
             job.cb.skipped += 1
@@ -239,14 +239,14 @@ class DeadlineExecutor(Executor):
 
     def _run(self, job: Job, worker: int) -> None:
         """Run one job on this thread, time it, judge it, trace it."""
-        emit, cb, t0 = self._emit, job.cb, time.monotonic_ns()
+        cb, t0 = job.cb, time.monotonic_ns()
+        emit = self._emit if cb.kind != "task" else None   # tasks are not callbacks: untraced
         handler = job.handler
         cont = job.action == "cont"
-        if not cont and job.action == "none" and late_at_start(job, t0):
-            job.action = "skip"   # its data is taken and dropped: the callback does not run
+        if not cont and job.action == "none" and late_at_start(job, t0) and cb.kind in ("timer", "subscription"):
+            job.action = "abort"   # its data is taken and dropped: the callback does not run
             cb.aborted += 1
             cb.missed += 1
-            cb.skipped -= 1       # the take below counts it as skipped; it was aborted
             if emit is not None:
                 t = t0 - self._t0
                 emit(K.MISS, t, cb.name, job.index, -1, 0)
@@ -267,7 +267,7 @@ class DeadlineExecutor(Executor):
                     self._started[handler] = job
                 else:
                     self._started.pop(handler, None)
-                verdict = None if cont or job.action == "skip" else judge(job, t1, t1 - t0)
+                verdict = None if cont or job.action in ("skip", "abort") else judge(job, t1, t1 - t0)
                 self._cond.notify_all()
         exc = handler.exception() if handler.done() else None
         if exc is not None:

@@ -153,7 +153,7 @@ def judge(job: Job, finish_ns: int, exec_ns: int) -> Verdict:
         cb.missed += 1
         if cb.timing.on_miss != "none":
             reaction = cb.timing.on_miss
-    if reaction in ("skip", "degrade"):
+    if reaction in ("skip", "degrade") and cb.kind in ("timer", "subscription"):   # a request is always answered
         cb.pending = reaction
     return Verdict(missed, overran, reaction)
 
