@@ -10,7 +10,8 @@ capturable in the reference graphs (a hidden host sync is an error); capture of 
 replay equal to eager (a graph that pads its symbolic inputs, at three sizes: one capture replays them all);
 capture vs eager time per graph (CUDA events, medians); a two-task Runtime on
 the device checking the published sequence; priority isolation (a small urgent graph's latency
-under a low-priority matmul load, against equal priorities, in the same run). Inputs: floats
+under a low-priority matmul load, against equal priorities, in the same run); the compiler seam on the
+device (two small graphs' kernels eager, then jit: Inductor's Triton kernels, cold builds). Inputs: floats
 uniform in [0, 1), integers zero, symbolic dims at 256 (seeded). Needs no rosbags, no pydantic.
 """
 from __future__ import annotations
@@ -255,6 +256,47 @@ def check_isolation(dev: Any, gs: dict[str, Any], device: str, repeats: int) -> 
             "equal_ratio": round(equal / unloaded, 3), "ok": urgent <= 1.2 * unloaded}
 
 
+def check_compile(dev: Any, gs: dict[str, Any], device: str, repeats: int) -> dict[str, Any]:
+    """The compiler seam on the device (``exec/compile.py``): per small graph, its kernels eager and then
+    ``jit`` (Inductor's Triton kernels), per-job medians, the largest difference from eager's outputs, each
+    kernel's build time and bit-identity on the warm-up's arguments; the cache in a fresh folder (cold builds)."""
+    if dev.kind != "cuda":
+        return {"skipped": "no CUDA (on the CPU: tests/test_kernels.py and bench/bench_kernels.py)"}
+    import tempfile
+
+    from rt_runtime.exec.compile import compile_graph
+
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["RT_RUNTIME_CACHE"] = cache
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)   # into the fresh folder: cold builds, measured
+        for name in ("radar", "prediction"):
+            g = gs.get(name)
+            if isinstance(g, Exception) or g is None:
+                out[name] = {"error": repr(g)}
+                continue
+            ex = GraphExecutor(g, dev)
+            inp = inputs_for(g, device)
+            compile_graph(ex, inp, "eager", runs=2)
+            want = {k: v.clone() for k, v in ex.run(inp).items()}
+            sync(dev)
+            eager_ms = _median_ms(dev, ex, inp, repeats)
+            t0 = time.monotonic()
+            choices = compile_graph(ex, inp, "jit", jobs=repeats, runs=2)
+            build_s = time.monotonic() - t0
+            got = ex.run(inp)
+            sync(dev)
+            out[name] = {"eager_ms": eager_ms, "jit_ms": _median_ms(dev, ex, inp, repeats),
+                         "build_s": round(build_s, 1),
+                         "max_diff": max((_diff(got[k], v) for k, v in want.items()), default=0.0),
+                         "kernels": {c.kernel: {"mode": c.mode, "build_s": round(c.cost.get("jit", 0.0), 1),
+                                                "bit_equal": c.bit_equal.get("jit"), "why": c.why} for c in choices}}
+            compile_graph(ex, inp, "eager", runs=1)   # the next sections run the eager kernels
+    os.environ.pop("RT_RUNTIME_CACHE", None)
+    torch.compiler.set_stance("default")
+    return out
+
+
 def report_md(res: dict[str, Any]) -> str:
     """The JSON as a short markdown report."""
     lines = [f"# gpu_check — {res['env'].get('device_name', res['env']['device'])}, {res['env']['date']}", ""]
@@ -296,6 +338,7 @@ def main() -> int:
         ("capture", lambda: check_capture(dev, gs, tdev, repeats)),
         ("runtime", lambda: check_runtime(dev, tdev)),
         ("isolation", lambda: check_isolation(dev, gs, tdev, repeats)),
+        ("compile", lambda: check_compile(dev, gs, tdev, repeats)),
     ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,7 @@ def test_the_net_benefit_rule_picks_a_bit_identical_mode_that_pays_for_itself() 
     assert pick("auto", {"modes": {}}, 1e9, set()) == ("eager", {}, "nothing measured (rt-runtime compile measures)")
     failed = {"t_eager": 1e-3, "modes": {"aot": {"error": "Unsupported: data-dependent", "build_s": 2.0}}}
     assert pick("aot", failed, 1e9, set())[0] == "eager" and "aot failed: Unsupported" in pick("aot", failed, 1, set())[2]
+    assert pick("auto", failed, 1e9, set()) == ("eager", {}, "aot failed: Unsupported: data-dependent")
 
 
 def test_the_default_request_is_eager_and_a_bad_one_names_the_variable(monkeypatch) -> None:

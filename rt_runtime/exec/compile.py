@@ -81,9 +81,10 @@ def pick(requested: str, rec: dict[str, Any], calls: float, built: set[str]) -> 
     if fit:
         best = max(sorted(fit), key=lambda m: fit[m])
         return best, nets, "largest net benefit, bit-identical on the probe"
+    failed = "; ".join(f"{m} failed: {r['error']}" for m, r in sorted(modes.items()) if "error" in r)
     if not nets:
-        return "eager", nets, "nothing measured (rt-runtime compile measures)"
-    return "eager", nets, "no bit-identical mode with a positive net benefit"
+        return "eager", nets, failed or "nothing measured (rt-runtime compile measures)"
+    return "eager", nets, "no bit-identical mode with a positive net benefit" + (f"; {failed}" if failed else "")
 
 
 # ---- building, loading and measuring (set-up only) ----
