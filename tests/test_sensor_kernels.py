@@ -52,7 +52,8 @@ def test_camera_graph_writes_what_its_python_bodies_write(frame: torch.Tensor, l
         maps = load_net(str(WEIGHTS))(x)   # the nn.Module itself, not the graph's scripted copy
     assert torch.equal(maps, ex.views["camera_maps"])
     boxes, count = torch.empty(schema.MAX_CAMERA_BOXES, 6), torch.empty(1, dtype=torch.int32)
-    camera._decode.py(maps, boxes, count, NUM_CLASSES, *camera.decode_at((su, sv), (ou, ov), "cpu"), 0.3, 0.6)
+    camera._decode.py(maps, boxes, count, NUM_CLASSES, *camera.decode_at((su, sv), (ou, ov), "cpu", (src_w, src_h)),
+                      0.3, 0.6, True)   # as the graph: boxes clipped to the source frame
     assert int(count) > 0, "the frame has objects: the decode's every step is compared"
     assert torch.equal(boxes, out["camera_boxes"]) and torch.equal(count, out["camera_box_count"])
 
