@@ -21,7 +21,6 @@ sys.path.insert(0, str(EX))
 import system as S  # noqa: E402
 from agreement import logical_run  # noqa: E402
 
-SENSORS_ON_W1 = {"PointCloudMap", "Visualizer", "Lanelet2Map", "EuclideanClusterSettings"}
 
 
 @pytest.fixture(scope="module")
@@ -55,18 +54,21 @@ def test_the_task_set_file_is_the_system_run_py_runs(lib) -> None:
            [(c.name, c.tasks, c.deadline_ns) for c in run_chains]
 
 
-def test_check_bounds_the_hot_path_and_names_the_sensors_that_can_miss(capsys) -> None:
-    assert main(["check", str(TASKS), "--json"]) == 1
+def test_check_bounds_the_hot_path_and_finds_the_set_schedulable_with_steal(capsys) -> None:
+    assert main(["check", str(TASKS), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    late = {t["name"] for t in doc["tasks"] if not t["schedulable"]}
-    assert late == SENSORS_ON_W1     # four 5 ms sensors released together on one worker
+    assert [t["name"] for t in doc["tasks"] if not t["schedulable"]] == []
+    by = {t["name"]: t for t in doc["tasks"]}
+    # steal: true, so every task may wait for one op of a job taken from the other worker (its 6 ms budget:
+    # the file has no graphs); the phased 10 ms sensors (system.SENSOR_OFFSET_MS) fit 2 + 6 ms
+    assert by["Visualizer"]["blocking_ms"] == 6 and by["Visualizer"]["response_time_ms"] <= 10
     by = {t["name"]: t for t in doc["tasks"]}
     # rates come from the triggers (100 / 120 ms), not the declared 60 ms min_interarrival
     assert by["PointsTransformerFront"]["period_ms"] == 100 and by["NDTLocalizer"]["period_ms"] == 120
     assert by["NDTLocalizer"]["released_by"] == "all of VoxelGridDownsampler, PointCloudMapLoader"
     chains = {c["name"]: c for c in doc["chains"]}
     front = chains["hot_path_front"]
-    assert (front["chain_let_ms"], front["per_hop_let_ms"]) == (50, 105) and front["response_ms"] <= 50
+    assert (front["chain_let_ms"], front["per_hop_let_ms"]) == (50, 160) and front["response_ms"] <= 50
     assert doc["bounds"]["worker0"]["edf_offsets"]["passes"]   # rejected by the worst phasing alone
     assert not doc["bounds"]["worker0"]["edf_demand"]["passes"]
 
@@ -83,5 +85,5 @@ def test_the_logical_run_agrees_with_the_analysis(lib, policy, tmp_path) -> None
     chain = next(c for c in rep.chains if c.name == "hot_path_front")
     if chain.response_ns is not None:
         assert front <= chain.response_ns
-    if policy == "edf":
-        assert missed and front <= chain.chain_let_ns == 50 * S.MS
+    if policy == "edf":   # schedulable: the run misses nothing, and the hot path stays inside its bound
+        assert not missed and front <= chain.response_ns <= chain.chain_let_ns == 50 * S.MS

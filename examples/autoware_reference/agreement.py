@@ -25,9 +25,10 @@ import system as S  # noqa: E402
 TASKS = HERE / "tasks.yaml"
 
 
-def logical_run(policy: str, seconds: float) -> tuple[dict[str, int], int, dict[str, int]]:
+def logical_run(policy: str, seconds: float, steal: bool = True) -> tuple[dict[str, int], int, dict[str, int]]:
     """(misses per task, worst front-chain latency from FrontLidarDriver's release to ObjectCollisionEstimator's
-    finish in ns, worker per task) of a run on the virtual clock with budget timing."""
+    finish in ns, worker per task) of a run on the virtual clock with budget timing; ``steal`` as tasks.yaml
+    has it (work-conserving dispatch)."""
     from rt_runtime.sched import Runtime, VirtualClock
     from rt_runtime.sched.budget import BudgetCost
     from rt_runtime.sched.events import EventKind
@@ -46,7 +47,7 @@ def logical_run(policy: str, seconds: float) -> tuple[dict[str, int], int, dict[
                 fin[(task, idx)] = t
 
     rt = Runtime(bindings, policy=policy, clock=VirtualClock(), cost=BudgetCost(bindings), chains=chains,
-                 workers=2, sink=Log())
+                 workers=2, sink=Log(), steal=steal)
     where = {n: s.worker for n, s in rt.sched.tasks.items()}
     try:
         rt.run_until(int(seconds * 1e9))

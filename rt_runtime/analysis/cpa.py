@@ -382,6 +382,10 @@ def holistic(tasks: Sequence[Task], policy: str, chains: Sequence[Chain] = (),
                     for t in tasks)
     if not converged:
         notes.append(f"the jitters did not settle within {MAX_ROUNDS} rounds: no fixed point, so no verdict")
+    if stolen:
+        notes.append("steal: every task's blocking covers one op of a job its worker may have taken from another "
+                     "(the longest op known there, else that task's budget); idle workers' help is not counted "
+                     "(docs/ANALYSIS.md, \"Work-conserving dispatch\")")
     return HolisticResult(timings, tuple(workers), rounds, converged, tuple(dict.fromkeys(notes)))
 
 

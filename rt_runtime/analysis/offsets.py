@@ -98,6 +98,9 @@ def offset_demand(pinned: Sequence[Pinned], sporadic: Sequence[Task], sporadic_n
     C = np.concatenate([np.full(p.times.shape, p.task.wcet_ns, dtype=np.int64) for p in pinned])
     OP = np.concatenate([np.full(p.times.shape, p.longest_op_ns, dtype=np.int64) for p in pinned])
     TID = np.concatenate([np.full(p.times.shape, i, dtype=np.int64) for i, p in enumerate(pinned)])
+    # An explicit blocking term (``blocking:``, or the one op a worker may have taken from another with
+    # steal) belongs to a task's jobs: it counts in a window where one of them is due, as in edf.qpa.
+    BX = np.concatenate([np.full(p.times.shape, p.task.blocking_ns or 0, dtype=np.int64) for p in pinned])
     first: tuple[int, int, int] | None = None
     late: set[int] = set()
     starts = np.unique(A[(A >= H) & (A < 2 * H)])
@@ -112,7 +115,10 @@ def offset_demand(pinned: Sequence[Pinned], sporadic: Sequence[Task], sporadic_n
     by_d = np.argsort(-np.array([k.deadline for k in sporadic], dtype=np.int64), kind="stable")
     sp_d = np.array([k.deadline for k in sporadic], dtype=np.int64)[by_d]
     sp_op = np.maximum.accumulate(np.array(sporadic_np_ns, dtype=np.int64)[by_d]) if sporadic else sp_d
-    explicit = max((k.blocking_ns or 0 for k in sporadic), default=0)
+    by_dp = np.argsort(sp_dp, kind="stable")
+    sp_dp_up = sp_dp[by_dp]
+    sp_bx = np.maximum.accumulate(np.array([k.blocking_ns or 0 for k in sporadic], dtype=np.int64)[by_dp]) \
+        if sporadic else sp_dp_up
 
     def prefix_max_after(ends: np.ndarray, ops: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Per x: the largest op among entries with end > x (``ends`` descending, ``ops`` its prefix max)."""
@@ -127,7 +133,13 @@ def offset_demand(pinned: Sequence[Pinned], sporadic: Sequence[Task], sporadic_n
         ts = np.unique(np.concatenate([d_in, sp_points]))
         if ts.size == 0:
             continue
-        demand = cum[np.searchsorted(d_in, ts, side="right")]
+        due = np.searchsorted(d_in, ts, side="right")   # how many of the window's pinned jobs are due by ts
+        demand = cum[due]
+        bx_in = np.concatenate([[0], np.maximum.accumulate(BX[inside][o])])
+        explicit = bx_in[due]
+        if sporadic:
+            n = np.searchsorted(sp_dp_up, ts, side="right")
+            explicit = np.maximum(explicit, np.where(n > 0, sp_bx[np.maximum(n - 1, 0)], 0))
         if sporadic:
             demand = demand + (np.where(ts[:, None] >= sp_dp[None, :],
                                         ((ts[:, None] - sp_dp[None, :]) // sp_t[None, :] + 1) * sp_c[None, :],
