@@ -85,15 +85,15 @@ def run(args: argparse.Namespace) -> int:
     path = args.config or "config/stack.yaml"
     try:
         cfg = load_stack(path)
+        names = {t.name for t in cfg.tasks}
+        unknown = [t for t in args.task if t not in names]
+        if unknown:   # before the graphs are built: a typo costs nothing
+            print(f"rt-runtime compile: --task: no task {unknown[0]!r} in {path}; its tasks: "
+                  f"{', '.join(sorted(names))}", file=sys.stderr)
+            return 2
         bindings, _ = build_bindings(cfg)
     except ConfigError as e:
         print(f"rt-runtime compile: {e}", file=sys.stderr)
-        return 2
-    names = {b.task.name for b in bindings}
-    unknown = [t for t in args.task if t not in names]
-    if unknown:
-        print(f"rt-runtime compile: --task: no task {unknown[0]!r} in {path}; its tasks: {', '.join(sorted(names))}",
-              file=sys.stderr)
         return 2
     device = device_for(cfg.device)
     rows = []

@@ -12,6 +12,12 @@ The op's ``fn`` then calls it with its tensors and its parameters. A kernel runs
 the calls a graph's warm-up made (``recording``), never inside a live job. A module (the camera's
 net) is a kernel too: ``kernel(module)``. ``RT_RUNTIME_EAGER_KERNELS=1`` keeps every kernel eager
 whatever the stack asks (to debug with ``pdb``).
+
+The trade-off (docs/BENCHMARKS.md, "Kernel compile modes"): an eager body holds the GIL between its aten
+calls (each call releases it), so two workers running many-small-call kernels trade the GIL where
+TorchScript, now gone (deprecated by torch), ran a whole body off it; ``jit`` and ``aot`` run a fused
+body in one call but build for 4-90 s a kernel here, refuse data-dependent bodies or lose to eager on
+them, and change the bits wherever they fuse a reduction.
 """
 from __future__ import annotations
 
