@@ -158,3 +158,13 @@ def test_jit_builds_once_at_set_up_writes_the_eager_bits_and_auto_then_reads_the
     assert a.mode == ("jit" if c.t["jit"] < c.t_eager else "eager") and (a.net["jit"] > 0) == (a.mode == "jit")
     k.use("eager", k.py)
     torch.compiler.set_stance("default")
+
+
+def test_no_torchscript_is_left_in_the_runtime_or_the_pipelines() -> None:
+    """torch deprecates TorchScript (a DeprecationWarning in 2.13, a FutureWarning in 2.14): none of it is used."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    users = [str(p.relative_to(root)) for d in ("rt_runtime", "pipelines") for p in sorted((root / d).rglob("*.py"))
+             if "torch.jit" in p.read_text() or "jit.script" in p.read_text()]
+    assert users == []

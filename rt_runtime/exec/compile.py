@@ -165,7 +165,7 @@ class _Bound(torch.nn.Module):
 def _build(k: Kernel, mode: str, args: tuple[Any, ...], key: str) -> Callable[..., Any]:
     """``k`` built (or loaded from the cache) in ``mode``, and called once on copies of ``args``."""
     with torch.compiler.set_stance("default"), warnings.catch_warnings():
-        # Inductor's own imports use torch.jit.script_method, which warns of TorchScript's deprecation: not ours
+        # Inductor's own imports call TorchScript's script_method, which warns of its deprecation: not ours
         warnings.filterwarnings("ignore", message=r".*torch\.jit\..* is deprecated", category=DeprecationWarning)
         if mode == "jit":
             impl = torch.compile(k.py, dynamic=True)
