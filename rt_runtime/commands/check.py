@@ -3,7 +3,8 @@
 Reads a full configuration or a file with only ``policy:``, ``tasks:`` (and ``chains:``), derives each
 task's releases from what triggers it and analyses each worker (``analysis.e2e``, docs/ANALYSIS.md),
 prints utilization, each task's release model, worst-case response time, deadline, slack and
-verdict, the degraded mode (every fallback on, the periodic ones reserved: ``analysis.modes``), the
+verdict (with ``steal: true``, each blocking term covers one op of a job taken from another worker),
+the degraded mode (every fallback on, the periodic ones reserved: ``analysis.modes``), the
 overall verdict and the chains' end-to-end latency bounds (chain-LET, per-hop LET, response). Exit
 status: 0 schedulable (both modes), 1 not, 2 invalid input.
 """
@@ -30,6 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
         "with each task's releases derived from what triggers it (holistic analysis: jitter propagated along "
         "chains, release offsets, the runtime's workers): response-time analysis under rm/dm/fp, processor "
         "demand and Spuri's response times under edf; chain latency bounds under chain-LET and per-hop LET. "
+        "With steal: true every task may also wait for one op of a job its worker took from another "
+        "(docs/ANALYSIS.md, 'Work-conserving dispatch'). "
         "Exit status 0 when schedulable, 1 when not, 2 on invalid input.")
     p.add_argument("file", metavar="FILE", help="YAML with policy: and tasks: (a full config also works)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
