@@ -17,12 +17,15 @@ defines it. Found, and refused, wherever the import sits (lazy ones too):
 - ``from m import _x`` where ``m`` is another rt_runtime module;
 - ``m._x`` where ``m`` is bound by ``import``/``from ... import`` to another rt_runtime module, or to
   a name imported from one (a class or function: ``Cls._attr``, ``fn._attr``);
-- ``getattr/hasattr/setattr/delattr(obj, "_x")`` on any object but ``self``/``cls``: a string
-  literal private name asked of someone else's object (``hasattr(ex, "_emit")``).
+- ``obj._x`` on any other object (a parameter, a local: ``s._cancel_outputs()``, ``rt._wd_thread``)
+  and ``getattr/hasattr/setattr/delattr(obj, "_x")``, when ``_x`` is a private name some module of
+  the package defines (a function, a class, a variable, a ``self._x``) and this module does not:
+  without types, "defined elsewhere in rt_runtime, not here" stands for "another module's".
 
-Not found (not decidable without types): ``obj._attr`` where ``obj`` is a parameter, a local or an
-attribute holding another module's instance (``s._cancel_outputs()``, ``rt._wd_thread``); a private
-name reached through a re-export under a public alias; ``getattr`` with a computed name.
+What that cannot tell: an object of another module whose private attribute this module happens to
+define too (not found); a third-party object's private attribute that rt_runtime also defines
+(found: allow it by name, saying whose it is); a private name reached through a re-export under a
+public alias, or ``getattr`` with a computed name (not found).
 
 ALLOWED lists the violations that stand today in files being rewritten under issue 28; it must be
 exact: an entry that no longer occurs fails too, so the list only shrinks.
