@@ -156,12 +156,16 @@ def child(mode: str, duration_s: float, limit: int) -> dict:
 # ---- the parent: interleaved runs and the table ---------------------------------------------
 @contextlib.contextmanager
 def hogs(k: int) -> Iterator[None]:
-    """``k`` CPU hogs (busy loops, a process group each) for the block's duration; SIGKILLed after it."""
+    """``k`` CPU hogs (busy loops, a process group each) for the block's duration; SIGKILLed after it,
+    also when the bench is interrupted or sent SIGTERM (the hogs are in sessions of their own, so
+    nothing else would stop them)."""
     procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL,
                               start_new_session=True) for _ in range(k)]
+    before = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         yield
     finally:
+        signal.signal(signal.SIGTERM, before)
         for p in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
