@@ -106,12 +106,14 @@ def hyperperiod(tasks: Sequence[Task]) -> int:
 
 def simulate(tasks: Sequence[Task], policy: Policy | str = "edf", *, horizon_ns: int | None = None,
              op_costs_ns: Mapping[str, Sequence[int]] | None = None, workers: int = 1,
-             partition: Mapping[str, int] | None = None, on_miss: Reaction | str = Reaction.SKIP) -> SimResult:
+             partition: Mapping[str, int] | None = None, on_miss: Reaction | str = Reaction.SKIP,
+             steal: bool = False) -> SimResult:
     """Run ``tasks`` on the real dispatcher in virtual time with synthetic costs.
 
     A task's graph is a chain of ops with the given costs (default: one op of its WCET). Jobs
     released before ``horizon_ns`` (default: max offset + hyperperiod) are followed to their end.
-    Late jobs run on (``skip``), so an overload shows as it would live.
+    Late jobs run on (``skip``), so an overload shows as it would live. ``steal``: work-conserving
+    dispatch across the workers (sched/dispatch.py).
     """
     costs = dict(op_costs_ns or {})
     horizon = horizon_ns if horizon_ns is not None else max(t.offset_ns for t in tasks) + hyperperiod(tasks)
@@ -123,7 +125,7 @@ def simulate(tasks: Sequence[Task], policy: Policy | str = "edf", *, horizon_ns:
     log = _JobLog({t.name: t.deadline for t in tasks})
     # Generous backlog: an overloaded set keeps its whole workload instead of dropping releases.
     rt = Runtime(bindings, policy=policy, clock=VirtualClock(), workers=workers, cost=declared_cost, sink=log,
-                 max_active=1 << 20)
+                 max_active=1 << 20, steal=steal)
     total = sum(sum(costs.get(t.name, [t.wcet_ns])) * (horizon // t.period_ns + 1) for t in tasks)
     rt.run_until(horizon - 1)
     # Drain: no new releases matter past the horizon, but the released jobs must reach their ends.
