@@ -13,7 +13,7 @@ medians of the runs:
 
     .venv/bin/python bench/bench_deadline_executor.py                           # 3 runs x 20 s, idle
     .venv/bin/python bench/bench_deadline_executor.py --hog --runs 3 --seconds 20
-    .venv/bin/python bench/bench_deadline_executor.py --only dispatch --runs 5
+    .venv/bin/python bench/bench_deadline_executor.py --only dispatch --runs 5 --idle-nodes 24
 """
 from __future__ import annotations
 
@@ -32,6 +32,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 MODES = ("single", "events", "deadline")
+ALL_MODES = (*MODES, "deadline_cfg")
+# deadline_cfg: the same unmodified nodes, the executor given the hot path's and the BehaviorPlanner's timing
+# (the reference's own priorities: the planner's timer first, then the LiDAR path, then the rest).
+HOT_CONFIG = {"callbacks": [
+    {"node": "BehaviorPlanner", "timer": "100ms", "deadline": "5ms"},
+    *({"node": n, "deadline": "30ms"} for n in ("FrontLidarDriver", "RearLidarDriver", "PointsTransformerFront",
+                                                "PointsTransformerRear", "PointCloudFusion", "RayGroundFilter",
+                                                "EuclideanClusterDetector", "ObjectCollisionEstimator"))]}
 
 
 def _executor(mode: str) -> Any:
@@ -39,9 +47,9 @@ def _executor(mode: str) -> Any:
     if mode == "events":
         from rclpy.experimental import EventsExecutor
         return EventsExecutor()
-    if mode == "deadline":
+    if mode.startswith("deadline"):
         from rt_runtime.ros import DeadlineExecutor
-        return DeadlineExecutor()
+        return DeadlineExecutor(HOT_CONFIG if mode == "deadline_cfg" else None)
     return SingleThreadedExecutor()
 
 
@@ -50,17 +58,19 @@ def child_autoware(mode: str, seconds: float, limit: int) -> dict:
     import rclpy.executors
 
     import bench_autoware as BA
-    if mode == "deadline":   # run_rclpy makes a SingleThreadedExecutor: this one takes its place, unmodified nodes
+    if mode.startswith("deadline"):   # run_rclpy makes a SingleThreadedExecutor: this one takes its place
         from rt_runtime.ros import DeadlineExecutor
-        rclpy.executors.SingleThreadedExecutor = DeadlineExecutor   # type: ignore[misc]
+        cfg = HOT_CONFIG if mode == "deadline_cfg" else None
+        rclpy.executors.SingleThreadedExecutor = lambda: DeadlineExecutor(cfg)   # type: ignore[misc]
     cpu0, t0 = time.process_time(), time.monotonic()
     out = BA.run_rclpy("rclpy_events" if mode == "events" else "rclpy_single", seconds, limit)
     out["cpu_per_s"] = (time.process_time() - cpu0) / (time.monotonic() - t0)
     return out
 
 
-def child_dispatch(mode: str, n: int) -> dict:
-    """Wall and CPU µs per callback to drain ``n`` delivered messages with an empty callback."""
+def child_dispatch(mode: str, n: int, idle: int = 0) -> dict:
+    """Wall and CPU µs per callback to drain ``n`` delivered messages with an empty callback, beside ``idle``
+    nodes with nothing to do (each has rclpy's parameter services: what a wait set holds on a real graph)."""
     import rclpy
     from rclpy.node import Node
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -70,6 +80,7 @@ def child_dispatch(mode: str, n: int) -> dict:
     rclpy.init()
     qos = QoSProfile(depth=n, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
     node, talker = Node("sink"), Node("source")
+    others = [Node(f"idle_{i}") for i in range(idle)]
     got, done = [0], Future()
 
     def cb(_msg: Any) -> None:
@@ -88,6 +99,8 @@ def child_dispatch(mode: str, n: int) -> dict:
     time.sleep(1.0)   # delivered into the reader's history before the executor starts
     ex = _executor(mode)
     ex.add_node(node)
+    for o in others:
+        ex.add_node(o)
     cpu0, t0 = time.process_time(), time.perf_counter()
     ex.spin_until_future_complete(done, timeout_sec=60)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -138,8 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--messages", type=int, default=2000, help="messages drained per dispatch run")
+    ap.add_argument("--idle-nodes", type=int, default=0, help="idle nodes beside the dispatch run's two")
     ap.add_argument("--hog", action="store_true", help="beside one CPU hog")
     ap.add_argument("--only", choices=("autoware", "dispatch"))
+    ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(ALL_MODES)}")
     ap.add_argument("--crunch-ms", type=float, default=4.0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -147,11 +162,17 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.child:
         kind, mode = a.child.split(":")
-        out = child_autoware(mode, a.seconds, a.limit) if kind == "autoware" else child_dispatch(mode, a.messages)
+        out = child_autoware(mode, a.seconds, a.limit) if kind == "autoware" else \
+            child_dispatch(mode, a.messages, a.idle_nodes)
         print(json.dumps(out))
         return 0
+    modes = [m for m in a.modes.split(",") if m]
+    bad = [m for m in modes if m not in ALL_MODES]
+    if bad:
+        print(f"bench_deadline_executor: --modes: {bad[0]!r} is not one of {', '.join(ALL_MODES)}", file=sys.stderr)
+        return 2
     base = 80 + os.getpid() % 10
-    res: dict[str, dict[str, list[dict]]] = {"autoware": {m: [] for m in MODES}, "dispatch": {m: [] for m in MODES}}
+    res: dict[str, dict[str, list[dict]]] = {"autoware": {m: [] for m in modes}, "dispatch": {m: [] for m in modes}}
     limit = None
     if a.only != "dispatch":
         sys.path.insert(0, str(ROOT / "examples" / "autoware_reference"))
@@ -159,15 +180,15 @@ def main(argv: list[str] | None = None) -> int:
         limit = S.calibrate(a.crunch_ms)
     with hog(a.hog):
         for i in range(a.runs):
-            for m in MODES:
+            for m in modes:
                 if a.only != "autoware":
-                    res["dispatch"][m].append(_run(["--child", f"dispatch:{m}", "--messages", str(a.messages)],
-                                                   base, 120))
+                    res["dispatch"][m].append(_run(["--child", f"dispatch:{m}", "--messages", str(a.messages),
+                                                    "--idle-nodes", str(a.idle_nodes)], base, 120))
                 if a.only != "dispatch":
                     res["autoware"][m].append(_run(["--child", f"autoware:{m}", "--seconds", str(a.seconds),
                                                     "--limit", str(limit)], base, a.seconds + 120))
-    table = {m: {name: med([f(r) for r in res["autoware"][m]]) for name, f in ROWS} for m in MODES}
-    disp = {m: {k: med([r[k] for r in res["dispatch"][m]]) for k in ("wall_us", "cpu_us")} for m in MODES}
+    table = {m: {name: med([f(r) for r in res["autoware"][m]]) for name, f in ROWS} for m in modes}
+    disp = {m: {k: med([r[k] for r in res["dispatch"][m]]) for k in ("wall_us", "cpu_us")} for m in modes}
     if a.json:
         print(json.dumps({"runs": a.runs, "seconds": a.seconds, "hog": a.hog, "autoware": table, "dispatch": disp,
                           "raw": res}))
@@ -177,14 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"Autoware reference (rclpy nodes), {a.runs} run(s) x {a.seconds:g} s per executor, interleaved, "
               f"{where}; crunch limit {limit}; {os.cpu_count()} CPU(s); medians of runs")
         w = max(len(n) for n, _ in ROWS)
-        print(f"{'KPI':<{w}}  " + "  ".join(f"{m:>10}" for m in MODES))
+        print(f"{'KPI':<{w}}  " + "  ".join(f"{m:>12}" for m in modes))
         for name, _ in ROWS:
-            print(f"{name:<{w}}  " + "  ".join(f"{str(table[m][name]):>10}" for m in MODES))
+            print(f"{name:<{w}}  " + "  ".join(f"{str(table[m][name]):>12}" for m in modes))
     if a.only != "autoware":
-        print(f"dispatch: {a.messages} delivered messages, empty callback, {a.runs} run(s), {where}; medians")
-        print(f"{'per callback':<14}  " + "  ".join(f"{m:>10}" for m in MODES))
+        print(f"dispatch: {a.messages} delivered messages, empty callback, {a.idle_nodes} idle node(s) beside, "
+              f"{a.runs} run(s), {where}; medians")
+        print(f"{'per callback':<14}  " + "  ".join(f"{m:>12}" for m in modes))
         for k, label in (("wall_us", "wall (us)"), ("cpu_us", "CPU (us)")):
-            print(f"{label:<14}  " + "  ".join(f"{str(disp[m][k]):>10}" for m in MODES))
+            print(f"{label:<14}  " + "  ".join(f"{str(disp[m][k]):>12}" for m in modes))
     return 0
 
 
