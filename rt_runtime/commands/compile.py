@@ -75,12 +75,11 @@ def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..config.build import build_bindings
     from ..config.stack import load_stack
-    from ..device import device_for
-    from ..device.base import tensor_device
-    from ..exec import GraphExecutor
+    from ..drive import open_stack
     from ..exec.compile import compile_graph, prepare
     from ..exec.kernel import recording
     from ..exec.warmup import synthetic_inputs
+    from ..sched.clock import VirtualClock
 
     path = args.config or "config/stack.yaml"
     try:
@@ -91,25 +90,28 @@ def run(args: argparse.Namespace) -> int:
             print(f"rt-runtime compile: --task: no task {unknown[0]!r} in {path}; its tasks: "
                   f"{', '.join(sorted(names))}", file=sys.stderr)
             return 2
-        bindings, _ = build_bindings(cfg)
+        bindings, initial = build_bindings(cfg)
     except ConfigError as e:
         print(f"rt-runtime compile: {e}", file=sys.stderr)
         return 2
-    device = device_for(cfg.device)
-    rows = []
-    for b in bindings:
-        if b.graph is None or (args.task and b.task.name not in args.task):
-            continue
-        ex = GraphExecutor(b.graph, device, owner=b.task.name)
-        jobs = args.seconds * 1e9 / b.task.period_ns
-        inputs = synthetic_inputs(b.graph, tensor_device(device.name))
-        for build in args.build:   # measured and cached first, then chosen from the records
-            with recording() as seen:
-                for _ in range(2):
-                    ex.run(inputs)
-            prepare(seen, build, jobs, 2, device.name)
-        for c in compile_graph(ex, inputs, args.mode, jobs, runs=2):
-            rows.append({"task": b.task.name, **asdict(c)})
+    rows: list[dict[str, Any]] = []
+    stack = open_stack(cfg, bindings, initial, clock=VirtualClock())   # the executors replay and the node run
+    try:
+        for b in bindings:
+            if b.graph is None or (args.task and b.task.name not in args.task):
+                continue
+            ex = stack.rt.sched.tasks[b.task.name].executors[0]
+            jobs = args.seconds * 1e9 / b.task.period_ns
+            inputs = synthetic_inputs(b.graph, stack.tensors)
+            for build in args.build:   # measured and cached first, then chosen from the records
+                with recording() as seen:
+                    for _ in range(2):
+                        ex.run(inputs)
+                prepare(seen, build, jobs, 2, stack.device.name)
+            for c in compile_graph(ex, inputs, args.mode, jobs, runs=2):
+                rows.append({"task": b.task.name, **asdict(c)})
+    finally:
+        stack.close()
     if args.json:
         print(json.dumps({"config": str(path), "mode": args.mode, "kernels": rows}, indent=2, default=str))
     else:

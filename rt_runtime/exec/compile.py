@@ -1,7 +1,7 @@
 """The compiler seam: each kernel a graph calls runs ``eager``, ``jit`` or ``aot``, chosen at set-up.
 
-``jit`` is ``torch.compile`` (Inductor, dynamic shapes; after set-up a call that would recompile runs
-eagerly instead: nothing compiles inside a live job). ``aot`` is ``torch.export`` at the shapes and
+``jit`` is ``torch.compile`` (Inductor, dynamic shapes, its C++ wrapper where it takes the kernel: off
+the GIL; after set-up a call that would recompile runs eagerly instead: nothing compiles inside a live job). ``aot`` is ``torch.export`` at the shapes and
 scalars of the warm-up's call, then AOTInductor (``aoti_compile_and_package``, loaded by
 ``aoti_load_package``); a call with other shapes or scalars runs the Python body (counted in
 ``AotKernel.fallbacks``). ``auto`` takes the mode with the largest positive net benefit
@@ -168,9 +168,17 @@ def _build(k: Kernel, mode: str, args: tuple[Any, ...], key: str) -> Callable[..
         # Inductor's own imports call TorchScript's script_method, which warns of its deprecation: not ours
         warnings.filterwarnings("ignore", message=r".*torch\.jit\..* is deprecated", category=DeprecationWarning)
         if mode == "jit":
-            impl = torch.compile(k.py, dynamic=True)
-            impl(*_clone(args))   # compiles now, at set-up
-            return impl
+            # The C++ wrapper first: it releases the GIL around the compiled code (Inductor's
+            # codegen/cpp_wrapper_cpu.py), the Python wrapper holds it between kernels; it "does not
+            # support everything": what it refuses gets the Python wrapper.
+            for options in ({"cpp_wrapper": True}, None):
+                try:
+                    impl = torch.compile(k.py, dynamic=True, options=options)
+                    impl(*_clone(args))   # compiles now, at set-up
+                    return impl
+                except Exception:  # noqa: BLE001 - the Python wrapper's error is the one reported
+                    if options is None:
+                        raise
         path = cache.artifact(key, mode)
         if not path.exists():
             bound = _Bound(k, args)
