@@ -205,12 +205,10 @@ class ReplayRun:
         """Write the outputs of the instants <= ``t_ns``. Where results were published on a bet
         (``sched.optimistic``): with ``wait`` every bet settled first (a lost one raises here, in the
         run), else only the instants before the oldest egress still waiting for one."""
-        par = self.rt.sched.par
-        if par is not None:
-            if wait:
-                par.settle_all(t_ns)
-            else:
-                t_ns = min(t_ns, par.egress_floor() - 1)
+        if wait:
+            self.rt.settle(t_ns)
+        else:
+            t_ns = min(t_ns, self.rt.egress_floor() - 1)
         self.collector.flush(t_ns)
 
     def discard(self) -> None:
@@ -225,8 +223,7 @@ class ReplayRun:
 
     def abort(self) -> None:
         """After an error mid-run: stop the writer thread and remove the output bag."""
-        if self.rt.sched.par is not None:   # its bets are no longer checked at close
-            self.rt.sched.par.abandon()
+        self.rt.abandon()   # its bets are no longer checked at close
         self.collector.abort()
 
     def close(self) -> None:
@@ -268,7 +265,7 @@ class ReplayRun:
                               trace=str(trace) if trace is not None else None, timing=self.timing,
                               deterministic=rt.deterministic, nondeterminism=rt.nondeterminism,
                               hardware=hardware_report(cols, meta) if self.hardware else None,
-                              parallel=max(1, rt.sched.par.threads if rt.sched.par is not None else 1),
+                              parallel=rt.compute_threads,
                               device=self.stack.device.name)
         if monitor is not None:
             result.extra["safety"] = {**monitor.status(), "history": [
@@ -277,8 +274,8 @@ class ReplayRun:
         result.extra["driver_cpu_s"] = driver_cpu
         reader = self.reader.stats() if self.reader is not None else {}
         result.extra["reading"] = {**self.reading, **reader}   # CPU seconds
-        if rt.sched.par is not None:   # the driver's own work is its CPU less what it computed itself
-            ps = rt.sched.par.stats()
+        ps = rt.commit_stats()
+        if ps:   # the driver's own work is its CPU less what it computed itself
             result.extra.update(compute_cpu_s=ps["compute_ns"] / 1e9, driver_waited_s=ps["waited_ns"] / 1e9,
                                 runtime_cpu_s=driver_cpu - ps["driver_compute_ns"] / 1e9)
             if "bets" in ps:

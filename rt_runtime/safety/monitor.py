@@ -64,13 +64,8 @@ class SafetyMonitor:
     def install(self) -> "SafetyMonitor":
         """Subscribe to the runtime's events (idempotent); the state shows in the planner's stats."""
         if not self._installed:
-            from ..sched.events import FanoutSink
-
             s = self.rt.sched
-            hot = s.hot
-            s.sink = FanoutSink(self.inner, self)
-            s.hot = hot   # it acts on no high-rate kind (``events.HOT``): those skip the fan-out
-            s.tr = True
+            s.listen(self)   # it acts on no high-rate kind (``events.HOT``): those skip the fan-out
             # Diagnostics report every task's counters: the state rides along as one (0, 1, 2).
             s.tasks[self.planner].safety_state = self.machine.state
             self._installed = True

@@ -25,14 +25,13 @@ for every copy (a common-mode fault), so it fails the job rather than a vote.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
-from typing import Any, Generator, Iterator, Mapping, Sequence
+from typing import Any, Callable, Generator, Iterator, Mapping, Sequence
 
 from ..core.graph import Graph
 from ..core.op import Op
 from ..device.base import Device
 from ..exec.executor import GraphExecutor
-from ..sched.events import COMPARE_MATCH, COMPARE_NO_MAJORITY, COMPARE_VOTED, EventKind
+from ..sched.events import COMPARE_MATCH, COMPARE_NO_MAJORITY, COMPARE_VOTED
 from .compare import outputs_equal, vote
 from .invariants import referenced, referenced_inputs, violation
 from .screen import Screen
@@ -124,12 +123,22 @@ class RedundantExecutor:
         self.last_failed: list[int] = []     # copies that raised in the last job
         self.c = dict.fromkeys(("jobs", "matches", "voted", "no_majority", "copy_errors", "fallback_outputs",
                                 "violations"), 0)
-        self._rt: Any = None
         self._task: str = self.owner
+        self.on_compare: Callable[[int, int], None] | None = None   # the compare hook (attach)
 
-    def attach(self, rt: Any, ts: Any) -> None:
-        """Called by the Runtime: where comparison events go (its sink, at its clock's time)."""
-        self._rt, self._task = rt, ts.name
+    def attach(self, task: str, on_compare: Callable[[int, int], None]) -> None:
+        """Declare where each job's comparison goes: ``on_compare(verdict, copies)``, called once per job
+        where the verdict is known (the Runtime traces it as the job's COMPARE event; parallel commit
+        records it for its settle point)."""
+        self._task, self.on_compare = task, on_compare
+
+    def booked_ops(self) -> list[Op]:
+        """The steps one job takes when all is well (its nominal runs and its check step): what a schedule
+        booked ahead of running books for it, whatever its results then ask for (sched.parallel)."""
+        ops = list(self.graph.primary.ops) * self.spec.nominal_factor
+        if self.spec.mode == "invariants" or self.spec.checks:
+            ops.append(self.check_op)
+        return ops
 
     # ---- one job ----------------------------------------------------------------------------
     def wait_events(self, events: list[Any]) -> None:
@@ -161,7 +170,8 @@ class RedundantExecutor:
         self.last_verdict = verdict
         self.c["jobs"] += 1
         self.c[("matches", "voted", "no_majority")[verdict]] += 1
-        self._emit(verdict, len(self.last_failed) + len(done))
+        if self.on_compare is not None:
+            self.on_compare(verdict, len(self.last_failed) + len(done))
         if winner is not None:
             self.outputs = self.copies[winner].outputs
             return
@@ -261,17 +271,6 @@ class RedundantExecutor:
 
     def _agree(self, i: int, j: int) -> bool:
         return outputs_equal(self.copies[i].outputs, self.copies[j].outputs, self.spec)
-
-    def _emit(self, verdict: int, copies: int) -> None:
-        rt = self._rt
-        if rt is None:
-            return
-        s = rt.sched
-        job = next((w.current for w in s.workers if w.current is not None and w.current.executor is self), None)
-        if job is None:
-            return   # not a scheduled job (warm-up)
-        with s.lock if rt.threaded else nullcontext():
-            s.emit(EventKind.COMPARE, rt.clock.now(), self._task, job.index, verdict, copies)
 
     def run(self, inputs: Mapping[str, Any]) -> Mapping[str, Any]:
         """Run one job to completion; returns the published output views (valid until the next job)."""

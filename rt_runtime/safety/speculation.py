@@ -56,7 +56,6 @@ from ..core.task import TaskError
 from ..exec.executor import GraphExecutor
 from ..sched.events import REACT_SPEC_HIT, REACT_SPEC_MISS, EventKind
 from ..sched.job import FINISHED
-from ..sched.timeline import PUBLISH
 
 # (basis inputs, the logical time each was written, the next release) -> predicted input sets.
 Hypotheses = Callable[[Mapping[str, Any], Mapping[str, int], int], "Sequence[Mapping[str, Any]]"]
@@ -223,17 +222,14 @@ class Speculator:
         s, ts = self.s, self.ts
         wanted = {ch.name for _, ch, _ in ts.readers}
         pending: dict[str, tuple[int, Any]] = {}   # channel -> (publish time, slot) due by the release
-        for e in s.timeline:
-            if e.phase != PUBLISH or e.t > release:
-                continue
-            job = e.payload
+        for t, job in s.due_publishes(release):
             for (_, ch), slot in zip(job.ts.writers, job.outs):
                 if ch.name not in wanted:
                     continue
                 if job.state != FINISHED:
                     return None   # an output due before the release is not computed yet
-                if ch.name not in pending or e.t > pending[ch.name][0]:
-                    pending[ch.name] = (e.t, slot)
+                if ch.name not in pending or t > pending[ch.name][0]:
+                    pending[ch.name] = (t, slot)
         inputs: dict[str, Any] = {}
         written: dict[str, int] = {}
         key = []

@@ -31,14 +31,13 @@ its lock when threaded) and allocate only per instance, not per op.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .commit import Core
 from .events import DROP_NO_INPUT, EventKind
 from .job import ABORTED, READY, WAITING, RunJob, TaskState
-from .timeline import PUBLISH, RELEASE, Entry
+from .timeline import PUBLISH, RELEASE, Entry, new_entry
 
-if TYPE_CHECKING:
-    from .scheduler import Scheduler
 
 _K = EventKind
 CHAIN_RELEASE = 2   # ``b`` of a RELEASE event: released by its chain predecessor's finish
@@ -79,7 +78,7 @@ class ChainRun:
         self.jobs: list[RunJob | None] = [None] * len(chain.members)
 
 
-def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
+def open_instance(s: Core, head: RunJob, r: int) -> None:
     """The head's job was released at ``r``: create the other members' jobs, snapshotting their inputs now."""
     chain: ChainState = head.ts.chain
     chain.last_open = r
@@ -103,7 +102,7 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
         job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
         s.arm(job, r)
         run.jobs[k] = job
-        s.schedule(Entry(run.end_ns, PUBLISH, ts.name, job.index, job))
+        s.schedule(new_entry((run.end_ns, PUBLISH, ts.name, job.index, job, -1)))
         if job.fallback and ts.fallback_alone:
             # Its fallback reads nothing the members before it write: waiting for them would only let a
             # slow upstream starve the minimal-risk plan.
@@ -111,7 +110,7 @@ def open_instance(s: "Scheduler", head: RunJob, r: int) -> None:
             _release(s, job, r, prev.index if prev is not None else -1, k)
 
 
-def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
+def release_next(s: Core, job: RunJob, t: int) -> None:
     """Member ``job`` finished (or ended early) at ``t``: release the next member of its instance now."""
     run: ChainRun = job.chain_run
     k = job.ts.chain_pos + 1
@@ -153,7 +152,7 @@ def release_next(s: "Scheduler", job: RunJob, t: int) -> None:
     _release(s, nxt, t, job.index, k)
 
 
-def _release(s: "Scheduler", job: RunJob, t: int, after: int, k: int) -> None:
+def _release(s: Core, job: RunJob, t: int, after: int, k: int) -> None:
     """Queue member ``k``'s ``job`` of an instance at ``t`` (``after``: its predecessor's job index)."""
     ts = job.ts
     job.release_ns = t
@@ -179,14 +178,14 @@ def chain_bound(tasks: list[Any], chains: list[Any], periods: Any = None) -> lis
     return out
 
 
-def arm_timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
+def arm_timeout(s: Core, ts: TaskState, t: int) -> None:
     """A member with a period of its own is released on its own if nothing releases it by t + its timeout."""
     if ts.chain_timeout and not reserved(ts):
         s.timeouts += 1
         s.schedule(Entry(t + ts.chain_timeout, RELEASE, ts.name, -s.timeouts, ts))
 
 
-def timeout(s: "Scheduler", ts: TaskState, t: int) -> None:
+def timeout(s: Core, ts: TaskState, t: int) -> None:
     """A member's timeout entry: release it on its own (reading the channels), unless its chain opened an
     instance or it ran on its own within the timeout. Measured from the head's releases, not the
     member's own: how long the members before it took must not decide whether it runs twice."""
@@ -208,7 +207,7 @@ def reserved(ts: TaskState) -> bool:
     return not ts.triggered and ts.join is None
 
 
-def start_reserved(s: "Scheduler", ts: TaskState, t: int) -> None:
+def start_reserved(s: Core, ts: TaskState, t: int) -> None:
     """``ts`` was switched to its fallback at ``t``: a chain member's reserved releases start now (the
     period whose job missed gets its plan too), then follow its own period's grid (``next_on_grid``); a
     periodic task's own releases go on as they were."""
@@ -224,7 +223,7 @@ def next_on_grid(ts: TaskState, r: int) -> int:
     return ts.offset + max(0, (r - ts.offset) // p + 1) * p
 
 
-def reserved_release(s: "Scheduler", ts: TaskState, t: int) -> None:
+def reserved_release(s: Core, ts: TaskState, t: int) -> None:
     """A reserved release entry of a chain member: release it, or, recovered meanwhile, back to its chain."""
     ts.stream = False
     if reserved(ts):

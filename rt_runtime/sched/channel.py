@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core.tensor import ContractError, TensorSpec
 from .handoff import EgressCopy, copy_in, egress_copy
-from .slot import Slot, _Reader
+from .slot import Slot, Reader
 
 
 class ChannelPolicy(str, Enum):
@@ -68,7 +68,7 @@ class Channel:
         self.depth = depth
         self.spec = spec
         self.check = check and spec is not None
-        self.readers: list[_Reader] = []
+        self.readers: list[Reader] = []
         self.slots: list[Slot] = []
         self._free: list[Slot] = []
         self._latest: Slot | None = None
@@ -96,7 +96,7 @@ class Channel:
     # ---- set-up -----------------------------------------------------------------------------
     def add_reader(self, name: str) -> int:
         """Register a reader (a task input); returns its id."""
-        self.readers.append(_Reader(name))
+        self.readers.append(Reader(name))
         return len(self.readers) - 1
 
     def reserve_capacity(self, slots: int) -> None:

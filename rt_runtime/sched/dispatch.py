@@ -20,7 +20,6 @@ trace) and finishes the job after its last op. Both drivers (inline, threads) us
 from __future__ import annotations
 
 import heapq
-import logging
 import threading
 from typing import Any
 
@@ -29,7 +28,6 @@ from .handoff import wait_ready
 from .job import ABORTED, PREEMPTED, RUNNING, RunJob
 
 _K = EventKind
-log = logging.getLogger("rt_runtime.sched")
 _pop, _push = heapq.heappop, heapq.heappush
 
 
@@ -187,12 +185,7 @@ def complete_op(s: Any, w: Worker, job: RunJob, idx: int, t0: int, t1: int, done
         s.hot.emit(_K.OP_END, t1, ts.name, job.index, idx, w.index)
     job.ops_done = idx + 1
     if err is not None:
-        if not ts.c.errors:
-            log.error("rt_runtime.sched: task '%s' job %d: op %d raised %r; the job is aborted (further "
-                      "errors of this task are only counted)", ts.name, job.index, idx + 1, err)
-        ts.c.errors += 1
-        if len(s.errors) < 1000:
-            s.errors.append((ts.name, job.index, err))
+        s.book_error(job, err, f"op {idx + 1}")
         job.gen = None
         w.current = None
         s.kill(job, t1, w.index)

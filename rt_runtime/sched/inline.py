@@ -18,7 +18,6 @@ from .binding import cpu_time_cost, measured_cost
 from .dispatch import complete_op, next_job, run_op
 from .events import EventKind
 from .let import flush_egress
-from .timeline import PUBLISH
 
 _MEASURED = EventKind.MEASURED
 _INF = 1 << 62
@@ -59,10 +58,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
         now = now_fn()
         lim = now if now < t_end else t_end
         while tl and tl[0].t <= lim and tl[0].t < t_op:   # events due before the next op completion
-            e = pop(tl)
-            if par is not None and e.phase == PUBLISH:
-                par.at_deadline(e.payload, e.t)   # a LET publish reads the job's result: settle it first
-            process(e)
+            process(pop(tl))
         if t_op <= lim:   # then op completions (before events at the same instant: on time is on time)
             for w in workers:
                 if w.budget_at == t_op:   # the budget runs out mid-op: the watchdog sees it now

@@ -9,18 +9,17 @@ Functions of the scheduler, called where it runs (under its lock when threaded).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Collection
+from typing import Collection
 
+from .commit import Core
 from .events import DROP_CHANNEL, DROP_NO_INPUT, EventKind
 from .job import RunJob, TaskState
 
-if TYPE_CHECKING:
-    from .scheduler import Scheduler
 
 _K = EventKind
 
 
-def snapshot(s: "Scheduler", ts: TaskState, job: RunJob, r: int, skip: Collection[str] = ()) -> int | None:
+def snapshot(s: Core, ts: TaskState, job: RunJob, r: int, skip: Collection[str] = ()) -> int | None:
     """LET read at ``r``: pin what each of the job's input channels holds now (but the inputs in
     ``skip``), an optional input's default where its channel is empty, and fill its metadata rows.
     Returns how many inputs were stale; None when a required input has no message yet (then nothing
@@ -65,15 +64,15 @@ def snapshot(s: "Scheduler", ts: TaskState, job: RunJob, r: int, skip: Collectio
     return stale
 
 
-def reserve(s: "Scheduler", ts: TaskState, job: RunJob, r: int) -> None:
+def reserve(s: Core, ts: TaskState, job: RunJob, r: int) -> None:
     """The job's output slots, reserved at its release ``r`` (bets settled first where a channel is full)."""
-    if s.room is not None:
+    if s.betting:
         for _, ch in ts.writers:
-            s.room(ch, r)
+            s.par.make_room(ch, r)   # type: ignore[union-attr]
     job.outs = [ch.reserve() for _, ch in ts.writers]
 
 
-def publish(s: "Scheduler", job: RunJob, t: int, at_finish: bool) -> None:
+def publish(s: Core, job: RunJob, t: int, at_finish: bool) -> None:
     """Make a job's outputs visible on its channels at ``t`` (LET write) and hand them to egress."""
     ts = job.ts
     egress = s.egress
@@ -84,7 +83,7 @@ def publish(s: "Scheduler", job: RunJob, t: int, at_finish: bool) -> None:
         if egress is not None:
             if ch.streamed:   # a device-to-host copy now; the driver waits for it after the lock
                 s.outbox.append((ch.name, t, seq, ch.egress_copy(slot)))
-            elif s.later_egress is None or not s.later_egress(ch, t, seq, slot):
+            elif not s.betting or not s.par.defer_egress(ch, t, seq, slot):   # type: ignore[union-attr]
                 egress(ch.name, t, seq, slot.data)
         for tts in s.triggers.get(ch.name, ()):
             s.trigger(tts, t)
@@ -94,7 +93,7 @@ def publish(s: "Scheduler", job: RunJob, t: int, at_finish: bool) -> None:
         s.sink.emit(_K.PUBLISH, t, ts.name, job.index, len(ts.writers), int(at_finish))
 
 
-def flush_egress(s: "Scheduler") -> None:
+def flush_egress(s: Core) -> None:
     """Hand the queued egress copies to egress in publish order, each once its copy completed.
 
     Called by the drivers after releasing ``lock``: waiting for a copy is a host sync."""

@@ -60,9 +60,6 @@ class OptimisticCommit(ParallelCommit):
         self.egress: deque[tuple] = deque()       # (computation or None, channel, t, seq, slot), publish order
         self.bets = 0
         self.lost: str | None = None
-        if self.betting:
-            s.later_egress = self.defer_egress
-            s.room = self.make_room
 
     # ---- the driver's hooks -----------------------------------------------------------------
     def at_deadline(self, job: RunJob, t: int) -> None:

@@ -50,7 +50,6 @@ a bet that it computes cleanly, and checks the bet when it settles it.
 """
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from typing import Any, Callable
@@ -62,7 +61,6 @@ from .pool import Computation, ComputePool, NoInput, record_compare
 
 _K = EventKind
 _MEASURED = int(EventKind.MEASURED)
-log = logging.getLogger("rt_runtime.sched")
 
 
 class _Booking:
@@ -76,17 +74,10 @@ class _Booking:
 
 
 def booked_ops(ex: Any) -> list[Any] | None:
-    """The steps the logical schedule books for one job of a time-redundant executor whatever its results
-    (its nominal runs and its check step); None for an executor whose steps cannot be known ahead."""
-    spec = getattr(ex, "spec", None)
-    primary = getattr(getattr(ex, "graph", None), "primary", None)
-    if spec is None or primary is None or not hasattr(ex, "_emit"):
-        return None
-    ops = list(primary.ops) * spec.nominal_factor
-    check = getattr(ex, "check_op", None)
-    if check is not None and (spec.mode == "invariants" or spec.checks):
-        ops.append(check)
-    return ops
+    """The steps the logical schedule books for one job of ``ex`` whatever its results: a time-redundant
+    executor declares them (``booked_ops``); None for another executor, whose steps cannot be known ahead."""
+    declared = getattr(ex, "booked_ops", None)
+    return declared() if declared is not None else None
 
 
 class ParallelCommit:
@@ -113,12 +104,13 @@ class ParallelCommit:
             if ok:
                 for ex in ts.executors:
                     if ex is not None and id(ex) in self.booking:
-                        ex._emit = record_compare   # traced at the settle point, not from a worker thread
+                        ex.attach(ts.name, record_compare)   # traced at the settle point, not from a worker thread
         self.pool = ComputePool(self.threads, measure, eager)
         self.last: dict[str, Computation] = {}      # task -> its latest computation
         self.open: deque[Computation] = deque()     # started, not settled, in start order
         self.zombies: list[Computation] = []        # of aborted jobs: their references go once they are done
         self.hw = False                             # trace MEASURED steps (set by the driver)
+        self.betting = False                        # no result is published before it is computed
 
     # ---- the driver's hooks -----------------------------------------------------------------
     def start(self, job: RunJob) -> None:
@@ -160,6 +152,13 @@ class ParallelCommit:
     def waits_for(self, job: RunJob, c: Computation) -> list[Computation]:
         """Computations ``c`` must wait for besides its task's previous one and its hand-overs (none here)."""
         return []
+
+    def make_room(self, ch: Any, t: int) -> None:
+        """Called only where ``betting``: nothing is held on a bet here."""
+
+    def defer_egress(self, ch: Any, t: int, seq: int, slot: Any) -> bool:
+        """Called only where ``betting``: no egress is held here."""
+        return False
 
     def at_deadline(self, job: RunJob, t: int) -> None:
         """Before a job's deadline entry: a job finished by then publishes now, so settle it first."""
@@ -250,16 +249,11 @@ class ParallelCommit:
         if isinstance(err, NoInput):   # as the serial driver counts a chain member it could not feed
             c.no_input += 1
             s.emit(_K.DROP, t, ts.name, job.index, DROP_NO_INPUT, 1)
-        elif not c.errors:
-            log.error("rt_runtime.sched: task '%s' job %d: an op raised %r; the job is aborted (further errors of "
-                      "this task are only counted)", ts.name, job.index, err)
-        if not isinstance(err, NoInput):
-            c.errors += 1
-            if len(s.errors) < 1000:
-                s.errors.append((ts.name, job.index, err))
+        else:
+            s.book_error(job, err, "an op")
         c.finished -= 1
         c.aborted += 1
-        s._cancel_outputs(job)
+        s.cancel_outputs(job)
         job.aborted = True
         job.state = ABORTED
         s.emit(_K.ABORT, t, ts.name, job.index, -1, job.ops_done)

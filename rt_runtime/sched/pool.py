@@ -25,7 +25,7 @@ class NoInput(RuntimeError):
 
 
 def record_compare(verdict: int, copies: int) -> None:
-    """Stands in for a deferred redundant executor's ``_emit``: the event is traced at the settle point."""
+    """A deferred redundant executor's compare hook (``attach``): the event is traced at the settle point."""
     c = getattr(_local, "comp", None)
     if c is not None:
         c.compares.append((verdict, copies))

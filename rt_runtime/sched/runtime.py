@@ -22,6 +22,7 @@ by then), unless the clock was given a fixed epoch; ``push`` timestamps count fr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -39,7 +40,7 @@ from .binding import CostModel, TaskBinding, measured_cost
 from .channel import Channel, ChannelConfig, ChannelPolicy
 from .clock import Clock, VirtualClock, WallClock
 from .dispatch import Worker
-from .events import EventSink, NullSink
+from .events import EventKind, EventSink, NullSink
 from .inline import run_inline
 from .job import TaskState
 from .let import flush_egress
@@ -47,8 +48,11 @@ from .meta import MetaPool, meta_inputs
 from .optimistic import BETS_AHEAD
 from .policy import Policy, as_policy, partition
 from .scheduler import Egress, Scheduler
-from .threads import ThreadPolicy, make_realtime, run_threaded, start_threads, stop_threads
+from .threads import Crew, ThreadPolicy, make_realtime, run_threaded
 from .watchdog import StallHook
+
+
+_INF = 1 << 62
 
 
 class Runtime:
@@ -77,10 +81,9 @@ class Runtime:
         self.cost: CostModel = cost if cost is not None else measured_cost
         self.stall_after_ns = stall_after_ns
         self.cpus = sorted(cpus) if cpus is not None else sorted(os.sched_getaffinity(0))
-        self._stopping = False
         self._started = False
         self._closed = False
-        self._wd_thread: Any = None
+        self._crew: Crew | None = None   # the threads of a threaded run, once started
         self._driver: int | None = None
 
         bindings = [b if isinstance(b, TaskBinding) else TaskBinding(b) for b in tasks]
@@ -162,18 +165,18 @@ class Runtime:
             for ch in self.channels.values():
                 ch.bind_device(device)
         self.sched.watchdog.on_stall = on_stall
-        for ts in states:   # executors that report into the trace (e.g. comparisons) get the runtime
+        for ts in states:   # executors that report comparisons (time redundancy): traced as their job's COMPARE
             for ex in ts.executors:
                 if hasattr(ex, "attach"):
-                    ex.attach(self, ts)
+                    ex.attach(ts.name, functools.partial(self._compared, ts.name))
         self.sched.workers = [Worker(i, self.cpus[i % len(self.cpus)] if self.cpus else None)
                               for i in range(workers)]
         if parallel is not None:   # after the speculators are bound: a speculating stack computes in the driver
             from .optimistic import OptimisticCommit
             from .parallel import ParallelCommit
 
-            self.sched.par = (OptimisticCommit if optimistic else ParallelCommit)(
-                self.sched, parallel, measure=getattr(self.cost, "measure", time.thread_time_ns))
+            self.sched.use_commit((OptimisticCommit if optimistic else ParallelCommit)(
+                self.sched, parallel, measure=getattr(self.cost, "measure", time.thread_time_ns)))
         if not virtual:
             self.sched.wake = threading.Event()
         if self.threaded and isinstance(self.clock, WallClock):
@@ -249,7 +252,7 @@ class Runtime:
             first = not self._started
             self._started = True
             if self.threaded and first:
-                start_threads(self, self.rt_priority if self.realtime else None)
+                self._crew = Crew(self, self.rt_priority if self.realtime else None).start()
             if first and isinstance(self.clock, WallClock) and not self.clock.fixed_epoch:
                 self.clock.reset_epoch()   # time 0 is the start of the first run: no release is late
             if self.threaded:
@@ -308,7 +311,45 @@ class Runtime:
         self._closed = True
         if self.sched.par is not None:   # every computation waited for; the steps of unsettled ones traced
             self.sched.par.close(self.clock.now())
-        return stop_threads(self) if self._started and self.threaded else []
+        return self._crew.stop() if self._crew is not None else []
+
+    # ---- what a driver of the runtime (replay) asks of its commit --------------------------
+    def egress_floor(self) -> int:
+        """The oldest instant whose egress still waits for a computation published on a bet
+        (``sched.optimistic``); a large number where none waits: every output up to now is final."""
+        par = self.sched.par
+        return par.egress_floor() if par is not None else _INF
+
+    def settle(self, t_ns: int) -> None:
+        """Settle every result published on a bet, in publish order (a lost bet raises ``Mispredicted``)."""
+        if self.sched.par is not None:
+            self.sched.par.settle_all(t_ns)
+
+    def abandon(self) -> None:
+        """The run ended in an error: ``close`` checks no bet (a lost one would hide the error)."""
+        if self.sched.par is not None:
+            self.sched.par.abandon()
+
+    @property
+    def compute_threads(self) -> int:
+        """The threads that compute jobs (``parallel``; 1: the driver alone)."""
+        return max(1, self.sched.par.threads) if self.sched.par is not None else 1
+
+    def commit_stats(self) -> dict[str, int]:
+        """Parallel commit's figures (threads, CPU time computing, the driver's waits, bets); empty without it."""
+        return self.sched.par.stats() if self.sched.par is not None else {}
+
+    def _compared(self, task: str, verdict: int, copies: int) -> None:
+        """The compare hook of ``task``'s redundant executor: its running job's COMPARE event, now."""
+        s = self.sched
+        job = next((w.current for w in s.workers if w.current is not None and w.current.ts.name == task), None)
+        if job is None:
+            return   # not a scheduled job (warm-up)
+        if self.threaded:   # called from the worker thread, outside the lock, mid-job
+            with s.lock:
+                s.emit(EventKind.COMPARE, self.clock.now(), task, job.index, verdict, copies)
+        else:
+            s.emit(EventKind.COMPARE, self.clock.now(), task, job.index, verdict, copies)
 
     def __enter__(self) -> "Runtime":
         return self

@@ -14,27 +14,30 @@ thread or reads a clock; drivers (``inline``, ``threads``) call it, holding ``lo
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 from collections import deque
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from .chains import (arm_timeout, chain_bound, next_on_grid, open_instance, release_next, reserved, reserved_release,
                      timeout)
 from .channel import Channel
+from .commit import Commit
 from .dispatch import wake_idle
-from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_OUTPUT, EventKind, EventSink
+from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_OUTPUT, EventKind, EventSink, FanoutSink
 from .handoff import in_flight
 from .join import joined
 from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
 from .let import publish, reserve, snapshot
 from .policy import Policy
-from .timeline import INGRESS, PUBLISH, RELEASE, Entry
+from .timeline import INGRESS, PUBLISH, RELEASE, Entry, new_entry
 
 Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view valid during the call)
 # On an asynchronous device the data is a host copy, handed over by the driver outside the lock (flush_egress).
 
 _K = EventKind
 _push = heapq.heappush
+log = logging.getLogger("rt_runtime.sched")
 # Prefix of a reserved job's ready-queue key: before any policy key (deadlines and ranks are >= 0).
 RESERVED = (-1,)
 
@@ -68,12 +71,9 @@ class Scheduler:
         # reactions and finishes are then part of the logical schedule, the same on every run.
         self.logical = logical
         self.hw = False   # record each op's measured time (EventKind.MEASURED) for the hardware timeline
-        self.par: Any = None   # parallel commit (sched.parallel.ParallelCommit): jobs computed on a pool
+        self.par: Commit | None = None   # how results are committed, but serially (sched.commit; use_commit)
+        self.betting = False             # par publishes results before they are computed (sched.optimistic)
         self.adopt = False     # ingress keeps pushed data without a copy (Channel.adopt)
-        # Optimistic parallel commit (sched.optimistic): egress held until a bet is settled, and the
-        # bets settled before a full channel reserves a slot.
-        self.later_egress: Any = None
-        self.room: Any = None
         self.async_device = False   # streams: jobs wait on their inputs' fill events (sched.handoff)
         self.outbox: deque[tuple[str, int, int, Any]] = deque()   # egress copies in flight, in publish order
         self.egress_lock = threading.Lock()   # one flusher at a time, so egress sees publish order
@@ -116,6 +116,19 @@ class Scheduler:
         self._sink = sink
         self.hot = sink
 
+    def listen(self, listener: EventSink) -> None:
+        """The hook for an extension that acts on events (the safety monitor): ``listener`` gets every
+        event but the high-rate kinds (``events.HOT``), which go on to the sink alone, unfanned."""
+        hot = self.hot
+        self.sink = FanoutSink(self._sink, listener)
+        self.hot = hot
+        self.tr = True
+
+    def use_commit(self, commit: Commit) -> None:
+        """Commit results through ``commit`` (parallel or optimistic commit) instead of serially."""
+        self.par = commit
+        self.betting = commit.betting
+
     def emit(self, kind: int, t: int, task: str, index: int, a: int = 0, b: int = 0) -> None:
         """Forward an event to the sink (callers on hot paths test ``self.tr`` first)."""
         if self.tr:
@@ -144,7 +157,7 @@ class Scheduler:
             raise KeyError(f"push: no channel named {channel!r} (have: {sorted(self.channels)})")
         seq = self._ingress_seq
         self._ingress_seq = seq + 1
-        self.schedule(Entry(int(t_ns), INGRESS, channel, seq, data, int(stamp_ns)))
+        self.schedule(new_entry((int(t_ns), INGRESS, channel, seq, data, int(stamp_ns))))
 
     def drain_inbox(self) -> None:
         """Move messages pushed from other threads onto the timeline."""
@@ -173,6 +186,13 @@ class Scheduler:
                     t_min = t
         return t_min
 
+    def due_publishes(self, until: int) -> Iterator[tuple[int, RunJob]]:
+        """``(t, job)`` for every publish entry on the timeline at or before ``until``, in no order: the
+        jobs whose outputs a release at ``until`` will read (speculation builds its basis from them)."""
+        for e in self.timeline:
+            if e.phase == PUBLISH and e.t <= until:
+                yield e.t, e.payload
+
     # ---- the timeline -----------------------------------------------------------------------
     def process(self, entry: Entry) -> None:
         """Handle one timeline entry (already popped)."""
@@ -191,8 +211,8 @@ class Scheduler:
 
     def _ingress(self, name: str, t: int, data: Any, stamp_ns: int) -> None:
         ch = self.channels[name]
-        if self.room is not None:
-            self.room(ch, t)
+        if self.betting:   # bets settled before a full channel takes a slot
+            self.par.make_room(ch, t)   # type: ignore[union-attr]
         if self.adopt:
             ch.adopt(t, data, stamp_ns)
         else:
@@ -210,7 +230,7 @@ class Scheduler:
             return   # an "all" join still waits for another input
         r = t if ts.last_release is None else max(t, ts.last_release + ts.period)
         ts.pending_release = True
-        self.schedule(Entry(r, RELEASE, ts.name, ts.next_index, ts))
+        self.schedule(new_entry((r, RELEASE, ts.name, ts.next_index, ts, -1)))
 
     def release(self, ts: TaskState, r: int) -> None:
         """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
@@ -221,11 +241,11 @@ class Scheduler:
             ts.last_release = r
             if reserved(ts):
                 ts.stream = True
-                _push(self.timeline, Entry(next_on_grid(ts, r), RELEASE, ts.name, ts.next_index + 1, ts))
+                _push(self.timeline, new_entry((next_on_grid(ts, r), RELEASE, ts.name, ts.next_index + 1, ts, -1)))
             else:
                 arm_timeout(self, ts, r)
         else:
-            _push(self.timeline, Entry(r + ts.period, RELEASE, ts.name, ts.next_index + 1, ts))
+            _push(self.timeline, new_entry((r + ts.period, RELEASE, ts.name, ts.next_index + 1, ts, -1)))
         d = r + ts.deadline
         # A degraded task's fallback released on its own period runs ahead of every other job: the
         # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
@@ -254,7 +274,7 @@ class Scheduler:
         self.arm(job, r)
         if ts.chain is not None and ts.chain_pos == 0:
             open_instance(self, job, r)   # the whole chain publishes at r + its deadline
-        _push(self.timeline, Entry(job.deadline_ns, PUBLISH, ts.name, job.index, job))
+        _push(self.timeline, new_entry((job.deadline_ns, PUBLISH, ts.name, job.index, job, -1)))
         if ts.spec is not None and ts.spec.on_release(job, r):
             # A cached hypothesis matched: its outputs are committed, the job finished at r. Its worker,
             # idle, may speculate for the next release now.
@@ -318,6 +338,8 @@ class Scheduler:
 
     def deadline(self, job: RunJob, t: int) -> None:
         """At release + deadline: publish a finished job's outputs, or declare a miss and react."""
+        if self.par is not None:
+            self.par.at_deadline(job, t)   # a LET publish reads the job's result: settle it first (or bet)
         st = job.state
         ts = job.ts
         if st == FINISHED:
@@ -380,7 +402,7 @@ class Scheduler:
             if cond is not None and sp.ts.worker != worker:
                 cond.notify()
         if not self.wants_output(job):
-            self._cancel_outputs(job)
+            self.cancel_outputs(job)
             job.state = DONE
             c.skipped += 1
             if self.tr:
@@ -395,6 +417,17 @@ class Scheduler:
             job.state = FINISHED
         if job.chain_run is not None:
             release_next(self, job, t)
+
+    def book_error(self, job: RunJob, err: BaseException, op: str) -> None:
+        """Count an error ``op`` of ``job`` raised (the job is then ended unpublished by the caller); the
+        first of a task is logged, the first thousand of the run kept (``errors``)."""
+        ts = job.ts
+        if not ts.c.errors:
+            log.error("rt_runtime.sched: task '%s' job %d: %s raised %r; the job is aborted (further errors of this "
+                      "task are only counted)", ts.name, job.index, op, err)
+        ts.c.errors += 1
+        if len(self.errors) < 1000:
+            self.errors.append((ts.name, job.index, err))
 
     def abort(self, job: RunJob, t: int) -> None:
         """Cancel a job: at once if it is queued, at its next op boundary if it is running."""
@@ -418,7 +451,7 @@ class Scheduler:
         for ch, s in job.pins:
             ch.unpin(s, running)
         job.pins = ()
-        self._cancel_outputs(job)
+        self.cancel_outputs(job)
         ts.active -= 1
         job.aborted = True
         job.state = ABORTED
@@ -427,7 +460,8 @@ class Scheduler:
         if job.chain_run is not None:
             release_next(self, job, t)
 
-    def _cancel_outputs(self, job: RunJob) -> None:
+    def cancel_outputs(self, job: RunJob) -> None:
+        """Give back a job's reserved output slots unpublished (skipped, killed, or its computation failed)."""
         for (_, ch), slot in zip(job.ts.writers, job.outs):
             ch.cancel(slot)
         job.outs = ()

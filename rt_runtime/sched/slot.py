@@ -1,4 +1,4 @@
-"""A channel's message buffer (``Slot``) and a reader's place in the channel (``_Reader``): plain records
+"""A channel's message buffer (``Slot``) and a reader's place in the channel (``Reader``): plain records
 that ``sched.channel`` keeps, the scheduler pins and the parallel drivers hold references on."""
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ class Slot:
         return f"Slot(#{self.index}, seq={self.seq}, t={self.t_ns}, shape={self.shape}, refs={self.refs})"
 
 
-class _Reader:
+class Reader:
+    """One reader's place in a channel: its queue (FIFO policies), its last message, its drop and read counts."""
+
     __slots__ = ("name", "fifo", "last", "last_seq", "drops", "reads", "stale")
 
     def __init__(self, name: str) -> None:

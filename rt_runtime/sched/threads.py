@@ -81,14 +81,14 @@ def make_realtime(cpus: Iterable[int] | None, priority: int | None, who: str) ->
 class WorkerThread(threading.Thread):
     """Runs one worker's jobs, op by op, taking the scheduler lock only at op boundaries."""
 
-    def __init__(self, rt: Any, w: Worker, priority: int | None) -> None:
+    def __init__(self, rt: Any, crew: "Crew", w: Worker, priority: int | None) -> None:
         super().__init__(name=f"rt-worker-{w.index}", daemon=True)   # a stalled op must not hang exit
-        self.rt, self.w, self.priority = rt, w, priority
+        self.rt, self.crew, self.w, self.priority = rt, crew, w, priority
         self.ready = threading.Event()
 
     def run(self) -> None:
-        rt, w = self.rt, self.w
-        s, clock, wd = rt.sched, rt.clock, rt._wd_thread
+        rt, w, crew = self.rt, self.w, self.crew
+        s, clock, wd = rt.sched, rt.clock, crew.watchdog
         if rt.realtime:
             make_realtime([w.cpu] if w.cpu is not None else None, self.priority, f"worker {w.index}")
         lock, cond = s.lock, w.cond
@@ -130,7 +130,7 @@ class WorkerThread(threading.Thread):
             """The worker's next job, waiting on its condition until there is one (lock held)."""
             job = next_job(s, w, now())
             while job is None:
-                if rt._stopping:
+                if crew.stopping:
                     return None
                 if not (specs and speculate()):
                     cond.wait()
@@ -176,9 +176,9 @@ class WorkerThread(threading.Thread):
 class WatchdogThread(threading.Thread):
     """Catches, while it happens, an op running past its job's budget or never returning."""
 
-    def __init__(self, rt: Any, priority: int | None) -> None:
+    def __init__(self, rt: Any, crew: "Crew", priority: int | None) -> None:
         super().__init__(name="rt-watchdog", daemon=True)
-        self.rt, self.priority = rt, priority
+        self.rt, self.crew, self.priority = rt, crew, priority
         self.kick = threading.Event()
         self.wake_at = _INF
 
@@ -193,7 +193,7 @@ class WatchdogThread(threading.Thread):
         s, clock = rt.sched, rt.clock
         if rt.realtime:
             make_realtime(None, None if self.priority is None else self.priority, "watchdog")
-        while not rt._stopping:
+        while not self.crew.stopping:
             nxt = _INF
             self.kick.clear()   # before the scan: a kick during it must not be lost
             with s.lock:
@@ -258,36 +258,43 @@ def run_threaded(rt: Any, t_end: int) -> None:
     s.wake_at = _INF
 
 
-def start_threads(rt: Any, priority: int | None) -> None:
-    """Start one thread per worker and the watchdog thread."""
-    s = rt.sched
-    rt._wd_thread = WatchdogThread(rt, None if priority is None else min(99, priority + 2))
-    for w in s.workers:
-        w.cond = threading.Condition(s.lock)
-        w.thread = WorkerThread(rt, w, priority)
-    rt._wd_thread.start()
-    for w in s.workers:
-        w.thread.start()
-    for w in s.workers:   # set up (pinned, SCHED_FIFO) before time starts: the first release is not late
-        w.thread.ready.wait(5.0)
+class Crew:
+    """The threads of a threaded run: one per worker and the watchdog thread; ``stopping`` tells them to end."""
 
-
-def stop_threads(rt: Any, timeout: float = 1.0) -> list[int]:
-    """Ask every thread to stop; returns the workers that did not (stuck in an op)."""
-    rt._stopping = True
-    s = rt.sched
-    with s.lock:
+    def __init__(self, rt: Any, priority: int | None) -> None:
+        self.rt = rt
+        self.stopping = False
+        self.watchdog = WatchdogThread(rt, self, None if priority is None else min(99, priority + 2))
+        s = rt.sched
         for w in s.workers:
-            if w.cond is not None:
-                w.cond.notify_all()
-    if rt._wd_thread is not None:
-        rt._wd_thread.kick.set()
-        rt._wd_thread.join(timeout)
-    stuck = []
-    deadline = time.monotonic() + timeout
-    for w in s.workers:
-        if w.thread is not None:
-            w.thread.join(max(0.0, deadline - time.monotonic()))
-            if w.thread.is_alive():
-                stuck.append(w.index)
-    return stuck
+            w.cond = threading.Condition(s.lock)
+            w.thread = WorkerThread(rt, self, w, priority)
+
+    def start(self) -> "Crew":
+        """Start the threads; return once each worker is set up (pinned, SCHED_FIFO): the first release is not late."""
+        workers = self.rt.sched.workers
+        self.watchdog.start()
+        for w in workers:
+            w.thread.start()
+        for w in workers:
+            w.thread.ready.wait(5.0)
+        return self
+
+    def stop(self, timeout: float = 1.0) -> list[int]:
+        """Ask every thread to stop; returns the workers that did not (stuck in an op)."""
+        self.stopping = True
+        s = self.rt.sched
+        with s.lock:
+            for w in s.workers:
+                if w.cond is not None:
+                    w.cond.notify_all()
+        self.watchdog.kick.set()
+        self.watchdog.join(timeout)
+        stuck = []
+        deadline = time.monotonic() + timeout
+        for w in s.workers:
+            if w.thread is not None:
+                w.thread.join(max(0.0, deadline - time.monotonic()))
+                if w.thread.is_alive():
+                    stuck.append(w.index)
+        return stuck

@@ -6,8 +6,9 @@ index; the four are unique, so the payload is never compared (docs/CYCLE.md, "On
 """
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 
 class Phase(IntEnum):
@@ -32,3 +33,9 @@ class Entry(NamedTuple):
     index: int
     payload: Any
     stamp: int = -1
+
+
+# ``Entry(...)`` runs the NamedTuple's Python-level ``__new__``; the per-job paths (a release, a deadline,
+# an ingress message) build entries through this C-level call instead, from all six fields:
+# ``new_entry((t, phase, name, index, payload, stamp))``.
+new_entry: Callable[[tuple], Entry] = functools.partial(tuple.__new__, Entry)
