@@ -139,6 +139,9 @@ def test_jit_builds_once_at_set_up_writes_the_eager_bits_and_auto_then_reads_the
 
     # Inductor's own cache where torch keeps it: warm after a first run (about 5 s here instead of 35)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())
+    from rt_runtime.exec import compile as seam
+
+    monkeypatch.setattr(seam, "JIT_OPTIONS", (None,))   # the Python wrapper alone: a C++ one takes 30 s more cold
     k = kernel(_scale)
     xs, ys = TensorSpec("x", (8,), "float32"), TensorSpec("y", (8,), "float32")
     ex = GraphExecutor(Graph("g", [Op("scale", lambda x, y: k(x, y, 2.0), (xs,), (ys,))], [xs], ["y"]))

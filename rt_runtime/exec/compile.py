@@ -33,6 +33,8 @@ from .kernel import _LOCK, MODES, Kernel, recording
 
 REQUESTS = ("auto", *MODES)
 """What a stack may ask per task (``compile:``)."""
+JIT_OPTIONS: tuple[dict[str, Any] | None, ...] = ({"cpp_wrapper": True}, None)
+"""Inductor's options ``jit`` tries in turn: its C++ wrapper (off the GIL), then its Python wrapper."""
 DEFAULT_JOBS = 6000
 """Jobs expected when the caller does not say: a 10 Hz task for ten minutes."""
 
@@ -171,7 +173,7 @@ def _build(k: Kernel, mode: str, args: tuple[Any, ...], key: str) -> Callable[..
             # The C++ wrapper first: it releases the GIL around the compiled code (Inductor's
             # codegen/cpp_wrapper_cpu.py), the Python wrapper holds it between kernels; it "does not
             # support everything": what it refuses gets the Python wrapper.
-            for options in ({"cpp_wrapper": True}, None):
+            for options in JIT_OPTIONS:
                 try:
                     impl = torch.compile(k.py, dynamic=True, options=options)
                     impl(*_clone(args))   # compiles now, at set-up
