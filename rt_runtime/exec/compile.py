@@ -1,8 +1,9 @@
 """The compiler seam: each kernel a graph calls runs ``eager``, ``jit`` or ``aot``, chosen at set-up.
 
 ``jit`` is ``torch.compile`` (Inductor, dynamic shapes, its C++ wrapper where it takes the kernel: off
-the GIL; after set-up a call that would recompile runs eagerly instead: nothing compiles inside a live job). ``aot`` is ``torch.export`` at the shapes and
-scalars of the warm-up's call, then AOTInductor (``aoti_compile_and_package``, loaded by
+the GIL; after set-up a call that would recompile runs eagerly instead, process-wide (Dynamo's
+``eager_on_recompile`` stance): nothing compiles inside a live job). ``aot`` is ``torch.export`` at the
+shapes and scalars of the warm-up's call, then AOTInductor (``aoti_compile_and_package``, loaded by
 ``aoti_load_package``); a call with other shapes or scalars runs the Python body (counted in
 ``AotKernel.fallbacks``). ``auto`` takes the mode with the largest positive net benefit
 
@@ -16,6 +17,8 @@ compile`` measured (``exec/cache.py``); with nothing measured a kernel stays eag
 be built in a mode (Dynamo or export refuses it) runs eager, with one line saying why.
 
 Compilation is not thread-safe: everything here runs on one thread, before the workers start.
+What a kernel is measured on is the warm-up's synthetic arguments (zeros): a weak probe of speed and of
+bit-identity for data-dependent bodies (docs/BENCHMARKS.md, "Kernel compile modes").
 """
 from __future__ import annotations
 
