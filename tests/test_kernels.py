@@ -159,6 +159,12 @@ def test_jit_builds_once_at_set_up_writes_the_eager_bits_and_auto_then_reads_the
     (a,) = compile_graph(ex, {"x": x}, "auto", jobs=1e9, runs=1)
     assert a.t == c.t and a.t_eager == c.t_eager and "built in" not in capsys.readouterr().err
     assert a.mode == ("jit" if c.t["jit"] < c.t_eager else "eager") and (a.net["jit"] > 0) == (a.mode == "jit")
+    # the set-up path replay and the live node take: warm_up, one line per graph saying what it chose
+    from rt_runtime.exec.warmup import warm_up
+
+    assert warm_up(ex, runs=1, compile="jit", expected_jobs=10) and k.mode == "jit"
+    err = capsys.readouterr().err
+    assert "rt_runtime: compile: graph 'g' (jit): 1 jit of 1 kernels, set-up" in err and "built in" not in err
     k.use("eager", k.py)
     torch.compiler.set_stance("default")
 

@@ -5,11 +5,13 @@ give its kernels the mode the stack asks (``exec/compile.py``: built or loaded h
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from ..core.graph import Graph
 from ..core.tensor import Dim, TensorSpec
 from ..device.base import tensor_device
+from .cache import note
 from .compile import DEFAULT_JOBS, compile_graph, default_request
 from .executor import GraphExecutor
 
@@ -44,8 +46,14 @@ def warm_up(executor: GraphExecutor, runs: int | None = None, compile: str | Non
             for _ in range(n):
                 executor.run(inputs)
         else:
-            compile_graph(executor, inputs, request, expected_jobs, max(n, 1))
+            t0 = time.monotonic()
+            chosen = compile_graph(executor, inputs, request, expected_jobs, max(n, 1))
             executor.run(inputs)   # once more on the kernels as chosen
+            modes = [c.mode for c in chosen]
+            if any(m != "eager" for m in modes) or request != "auto":
+                note(f"graph '{executor.graph.name}' ({request}): " + ", ".join(
+                    f"{modes.count(m)} {m}" for m in ("eager", "jit", "aot") if m in modes)
+                    + f" of {len(modes)} kernels, set-up {time.monotonic() - t0:.1f} s")
     except Exception as e:  # noqa: BLE001 - warm-up must never stop a start-up; the live run will report
         print(f"rt_runtime: warm-up of graph '{executor.graph.name}' failed on synthetic inputs: {e!r}",
               file=sys.stderr)
