@@ -45,8 +45,6 @@ ALLOWED_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 # (module, what is used) for each private-name use that stands today, with who removes it:
 ALLOWED_PRIVATE: set[tuple[str, str]] = {
-    # issue 29's compiler seam shares the kernel module's lock: make it public in exec/kernel.py (owner: exec)
-    ("rt_runtime.exec.compile", "from rt_runtime.exec.kernel import _LOCK"),
     # rclpy's private Executor API, which DeadlineExecutor overrides (ros/deadline/executor.py) and the wait
     # loop calls as rclpy's own _wait_for_ready_callbacks does: rclpy's names, reached through our subclass
     ("rt_runtime.ros.deadline.waitset", "ex._clock"),

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 
 from . import cache
-from .kernel import _LOCK, MODES, Kernel, recording
+from .kernel import MODES, SETUP_LOCK, Kernel, recording
 
 REQUESTS = ("auto", *MODES)
 """What a stack may ask per task (``compile:``)."""
@@ -217,7 +217,7 @@ def prepare(seen: dict[Kernel, list[Any]], requested: str, jobs: float, runs: in
         raise ValueError(f"compile: expected one of {', '.join(REQUESTS)}, found {requested!r}")
     out = []
     cache.use_inductor_cache()
-    with _LOCK:
+    with SETUP_LOCK:
         for k, (args, n) in seen.items():
             calls = jobs * n / max(runs, 1)
             if requested == "eager" and not build:

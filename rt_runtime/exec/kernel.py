@@ -33,7 +33,8 @@ MODES = ("eager", "jit", "aot")
 """What a kernel may run: its Python body, ``torch.compile`` (Inductor), an AOTInductor package."""
 
 # Set-up swaps implementations; two set-ups at once would interleave their swaps.
-_LOCK = threading.RLock()
+SETUP_LOCK = threading.RLock()
+"""Held while kernels change implementation (``Kernel.use``, ``recording``, the seam's ``prepare``): set-up only."""
 _ALL: "weakref.WeakSet[Kernel]" = weakref.WeakSet()
 
 
@@ -64,7 +65,7 @@ class Kernel:
         """Run ``impl`` (built in ``mode``) from the next call on; the Python body under RT_RUNTIME_EAGER_KERNELS."""
         if mode not in MODES:
             raise KernelError(f"kernel {self.name}: mode {mode!r}: expected one of {', '.join(MODES)}")
-        with _LOCK:
+        with SETUP_LOCK:
             if eager():
                 mode, impl = "eager", self.py
             self.mode, self.impl = mode, impl
@@ -88,7 +89,7 @@ def recording() -> Iterator[dict[Kernel, list[Any]]]:
     Set-up only (a graph's warm-up, one thread, before the workers start): what the seam compiles for
     and measures on; the recorded tensors are the warm-up's own (the executor's views), not copies."""
     seen: dict[Kernel, list[Any]] = {}
-    with _LOCK:
+    with SETUP_LOCK:
         saved = {k: k.impl for k in list(_ALL)}
 
         def recorder(k: Kernel, impl: Callable[..., Any]) -> Callable[..., Any]:
