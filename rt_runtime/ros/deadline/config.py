@@ -3,7 +3,7 @@
     policy: edf                    # edf (default), rm, dm or fp
     workers: 1                     # threads running callbacks (1: the spinning thread itself)
     default_deadline: 100ms        # a callback with no period to derive a deadline from
-    poll: 1ms                      # with jobs queued, look for a more urgent arrival when the last wait is this old
+    poll: 100ms                    # with jobs queued, wait again (timeout 0) when the last wait is this old
     trace: run.rttrace             # write the .rttrace at shutdown (rt-runtime analyze reads it)
     diagnostics: 1s                # each callback's counts on /diagnostics
     realtime: {enabled: true, priority: 50, cpus: [1]}
@@ -38,6 +38,7 @@ POLICIES = ("edf", "rm", "dm", "fp")
 SELECTORS = ("topic", "timer", "service", "client")
 SELECTOR_KIND = {"topic": "subscription", "timer": "timer", "service": "service", "client": "client"}
 DEFAULT_DEADLINE_NS = 100_000_000
+DEFAULT_POLL_NS = 100_000_000   # how long a queued message may go unseen by a wait while jobs run
 
 
 class _Model(BaseModel):
@@ -85,8 +86,7 @@ class ExecutorFile(_Model):
     default_deadline: Duration | None = None
     """Deadline of a callback with nothing to derive one from (default 100ms)."""
     poll: Duration | None = None
-    """With jobs queued, wait again (timeout 0) before a job once the last wait is this old (default: only
-    when the queue is empty)."""
+    """With jobs queued, wait again (timeout 0) before a job once the last wait is this old (default 100ms)."""
     trace: str | None = None
     """.rttrace file written at shutdown."""
     diagnostics: Duration | None = None
@@ -134,7 +134,7 @@ class ExecutorConfig:
     realtime: RealtimeSpec | None = None
     rules: list[Rule] = field(default_factory=list)
     source: str | None = None
-    poll_ns: int | None = None
+    poll_ns: int = DEFAULT_POLL_NS
     diagnostics_ns: int | None = None
 
     def timing(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> Timing:
@@ -227,7 +227,7 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
         raise ConfigError(source, f"workers: expected an integer from 1 to 64, found {clip(workers)}", field="workers")
     dd = _dur(source, "default_deadline", doc["default_deadline"]) if doc.get("default_deadline") is not None \
         else DEFAULT_DEADLINE_NS
-    poll = _dur(source, "poll", doc["poll"]) if doc.get("poll") is not None else None
+    poll = _dur(source, "poll", doc["poll"]) if doc.get("poll") is not None else DEFAULT_POLL_NS
     diag = _dur(source, "diagnostics", doc["diagnostics"]) if doc.get("diagnostics") is not None else None
     trace = doc.get("trace")
     if trace is not None and (not isinstance(trace, str) or not trace):

@@ -8,11 +8,12 @@ _wait_for_ready_callbacks`` and the handlers its ``_make_handler`` builds), so e
 behaves as under rclpy's executors. What changes is the order: each ready entity's handler becomes a
 ``Job`` (release, deadline, budget; ``jobs.py``) in a ``ReadyQueue`` keyed by the policy, and the most
 urgent job whose callback group is free runs next. The executor waits again once the queued jobs have
-run, as rclpy's executors do (a wait costs milliseconds of Python on a large graph); with ``poll: 1ms``
-it also waits (timeout 0) before a job once the last wait is that old, so that a more urgent arrival
-overtakes queued jobs. A job is judged when it returns (``jobs.judge``): a miss or an overrun is
-counted, traced, and its reaction (skip or degrade) applied to the callback's next release; ``abort``
-drops a job not started by its deadline.
+run, as rclpy's executors do (a wait costs milliseconds of Python on a large graph), or, with jobs
+still queued, once the last wait is ``poll`` old (default 100 ms; timeout 0), so that a more urgent
+message overtakes queued jobs and none waits unseen for long; between waits it checks the timers
+directly (one C call each), so a timer's job is released at its expiry. A job is judged when it
+returns (``jobs.judge``): a miss or an overrun is counted, traced, and its reaction (skip or degrade)
+applied to the callback's next release; ``abort`` drops a job not started by its deadline.
 
 ``workers: 1`` runs callbacks in the spinning thread (where a SingleThreadedExecutor is used); N > 1
 runs them on N threads while the spinning thread waits, with the same ordering, mutually exclusive
@@ -27,64 +28,23 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.client import Client
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import (ConditionReachedException, Executor, ExternalShutdownException, ShutdownException,
                              TimeoutException, TimeoutObject)
-from rclpy.service import Service
 from rclpy.subscription import Subscription
 from rclpy.task import Future, Task
-from rclpy.timer import Timer
 
-from ...core.units import format_duration
 from ...sched.events import REACT_ABORT, REACT_DEGRADE, REACT_NONE, REACT_SKIP
 from ...sched.events import EventKind as K
 from ...sched.policy import as_policy
 from .config import ExecutorConfig, load_config
+from .entities import awaits_pending, describe, drop
 from .jobs import Callback, Job, ReadyQueue, judge, late_at_start, rank
 from .waitset import wait_ready
 
 _REACT = {"none": REACT_NONE, "skip": REACT_SKIP, "abort": REACT_ABORT, "degrade": REACT_DEGRADE}
 _DRAIN_NS = 1_000_000_000   # the trace ring is drained at most once a second, before the executor waits
 _Timeout = Optional[Union[float, TimeoutObject]]
-
-
-def _describe(entity: Any) -> tuple[str, str | int | None, str]:
-    """(kind, selector key, name part) of an rclpy entity."""
-    if isinstance(entity, Timer):
-        p = entity.timer_period_ns
-        return "timer", p, f"timer:{format_duration(p)}"
-    if isinstance(entity, Subscription):
-        return "subscription", entity.topic_name, f"sub:{entity.topic_name}"
-    if isinstance(entity, Service):
-        return "service", entity.srv_name, f"srv:{entity.srv_name}"
-    if isinstance(entity, Client):
-        return "client", entity.srv_name, f"client:{entity.srv_name}"
-    if entity is None:
-        return "task", None, "task"
-    return "waitable", type(entity).__name__, f"waitable:{type(entity).__name__}"
-
-
-def _drop(job: Job) -> None:
-    """Forget a queued job: its entity is waited on again, its handler's coroutine closed (never started)."""
-    if job.entity is not None:
-        job.entity._executor_event = False
-    coro = getattr(job.handler, "_handler", None)
-    if job.action != "cont" and hasattr(coro, "close"):
-        coro.close()
-
-
-def _awaits_pending(task: Task) -> bool:
-    """True when a suspended rclpy Task is awaiting a Future that is not done (rclpy polls such tasks every
-    round; queued under their deadline they would starve the job that completes the future)."""
-    obj = getattr(task, "_handler", None)
-    for _ in range(64):   # handler -> the callback's coroutine -> ... -> the Future's __await__ generator
-        nxt = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
-        if nxt is None:
-            break
-        obj = nxt
-    frame = getattr(obj, "gi_frame", None)
-    fut = frame.f_locals.get("self") if frame is not None else None
-    return isinstance(fut, Future) and not fut.done()
 
 
 class DeadlineExecutor(Executor):
@@ -105,7 +65,7 @@ class DeadlineExecutor(Executor):
         self._started: dict[Task, Job] = {}            # handlers run once and suspended (a coroutine awaiting)
         self._busy: set[int] = set()                   # mutually exclusive groups held by a running job
         self._blocked = False                          # the last pick found jobs, none of them eligible
-        self._poll_ns = self.config.poll_ns            # None: wait again only once the queue is empty
+        self._poll_ns = self.config.poll_ns            # with jobs queued, wait (timeout 0) when the last is this old
         self._last_wait = 0
         self._errors: list[BaseException] = []
         self._threads: list[threading.Thread] = []
@@ -143,7 +103,7 @@ class DeadlineExecutor(Executor):
         cb = self._callbacks.get(entity)
         if cb is not None:
             return cb
-        kind, key, part = _describe(entity)
+        kind, key, part = describe(entity)
         names = (node.get_name(), node.get_fully_qualified_name()) if node is not None else ("",)
         name = f"{names[0]}/{part}" if node is not None else part
         base, n = name, 2
@@ -302,7 +262,7 @@ class DeadlineExecutor(Executor):
                     if handler in self._queued:
                         continue
                     job = self._started.get(handler)
-                    if job is not None and _awaits_pending(handler):
+                    if job is not None and awaits_pending(handler):
                         continue   # resuming it would only suspend it again: it does not hold others back
                     if job is not None:   # a coroutine resumed: its job goes on, under its own key
                         cont = Job(job.cb, job.index, job.release_ns, job.deadline_ns, job.message, "cont",
@@ -336,14 +296,32 @@ class DeadlineExecutor(Executor):
             waiting = len(self._queue) > 0 and not self._blocked
         if not waiting:
             self._gather(timeout_sec, condition)
-        elif self._poll_ns is not None and time.monotonic_ns() - self._last_wait >= self._poll_ns:
+        elif time.monotonic_ns() - self._last_wait >= self._poll_ns:
             self._gather(0, condition)   # a more urgent arrival may overtake the queued jobs
         elif condition():
             return
+        else:
+            self._release_due_timers()
         with self._cond:
             job = self._pick()
         if job is not None:
             self._run(job, 0)
+
+    def _release_due_timers(self) -> None:
+        """Release every timer that has expired since the last wait, without a wait (one C call a timer): a
+        periodic job is released at its expiry and overtakes the queued, less urgent ones, while
+        subscriptions wait for the next wait (the costly part; docs/BENCHMARKS.md)."""
+        for node in self.get_nodes():
+            for tmr in node.timers:
+                if tmr._executor_event or tmr.callback_group is None:
+                    continue
+                try:
+                    with tmr.handle:
+                        ready = tmr.handle.is_timer_ready()
+                except InvalidHandle:
+                    continue
+                if ready and tmr.callback_group.can_execute(tmr):
+                    self._make_handler(tmr, node, self._take_timer)
 
     def spin_once(self, timeout_sec: Optional[float] = None) -> None:
         """Wait for work (at most ``timeout_sec``) and run the most urgent ready callback."""
@@ -404,7 +382,7 @@ class DeadlineExecutor(Executor):
         with self._cond:
             for job in self._queue.remove(lambda j: j.node is not node):
                 self._queued.pop(job.handler, None)
-                _drop(job)
+                drop(job)
 
     def shutdown(self, timeout_sec: Optional[float] = None) -> bool:
         """Stop: wait for running callbacks, stop the workers, write the trace (if one was asked for)."""
@@ -412,7 +390,7 @@ class DeadlineExecutor(Executor):
         with self._cond:
             self._stop = True
             for job in self._queue.remove(lambda j: False):
-                _drop(job)
+                drop(job)
             self._queued.clear()
             self._cond.notify_all()
         me = threading.current_thread()
