@@ -24,8 +24,8 @@ the net's input (an area average, ``adaptive_avg_pool2d`` into a planned buffer)
 padded with the mean grey (0 once normalised), so nothing is stretched or cut; ``camera_decode``
 then maps the boxes back into the source frame's pixels (``Letterbox``).
 
-Each op is one call into TorchScript (``rt_runtime.exec.kernel``; the net scripted whole, ``script_module``),
-so its work runs in C++ off the GIL and camera jobs on parallel replay workers compute side by side.
+Each op's body is a kernel (``rt_runtime.exec.kernel``): eager by default, or compiled where
+``rt-runtime compile`` measured a net benefit (docs/REPLAY.md, "Kernel modes").
 """
 from __future__ import annotations
 

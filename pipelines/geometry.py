@@ -2,8 +2,8 @@
 
 Everything here works on whole batches (no per-object Python loops) and never reads past a valid
 count on the host, so the ops built on it run on CPU and CUDA alike without a host sync. The
-polyline, Frenet and polynomial helpers are TorchScript too (typed, no lambdas or generators), so
-the planner's and the predictor's kernels (``rt_runtime.exec.kernel``) call them.
+polyline, Frenet and polynomial helpers are typed, with no lambdas or generators (written for
+TorchScript once; torch.export and Inductor trace them as they are), so the planner's and the predictor's kernels (``rt_runtime.exec.kernel``) call them.
 """
 from __future__ import annotations
 

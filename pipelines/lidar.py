@@ -37,8 +37,8 @@ the no-returns of an organized cloud, are ignored); ``mount`` (x, y, z, yaw of t
 already in ``base_link``. The ground plane is estimated, so the mount height is not needed for it.
 Yaw is only defined modulo π (a point cloud has no front): it lies in [-π/2, π/2).
 
-Each op's body is one TorchScript kernel of ``pipelines/lidar_kernels.py`` (off the GIL, for parallel
-replay); the op builders here precompute its constant tensors and pass ``LidarParams`` as numbers.
+Each op's body is a kernel of ``pipelines/lidar_kernels.py`` (``rt_runtime.exec.kernel``: eager, or
+compiled where it pays); the op builders here precompute its constant tensors and pass ``LidarParams`` as numbers.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ taken from the origin; ``mount`` (x, y, yaw of the radar in ``base_link``) turns
 positions and velocities into ``base_link``. Velocities are as the Doppler measures them, i.e.
 relative to the sensor (no ego-motion compensation here: fusion owns the odometry).
 
-Each op's body is a kernel (``rt_runtime.exec.kernel``): one TorchScript call that runs off the GIL.
+Each op's body is a kernel (``rt_runtime.exec.kernel``): eager, or compiled where it pays (``rt-runtime compile``).
 """
 from __future__ import annotations
 

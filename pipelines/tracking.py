@@ -47,8 +47,8 @@ the kernels compute on the counted rows only, ``geometry.live_rows``, bit for bi
    (``last_t``: what prediction and planning read is the present). Rows are compacted confirmed
    first, then tentative, each by id, so ``tracks[:confirmed_count]`` is what prediction and planning read.
 
-Each op's body is a TorchScript kernel of ``pipelines/tracking_kernels.py`` (off the GIL, for parallel
-replay); the op builders here declare the contracts and pass ``TrackerParams`` as ``Knobs``.
+Each op's body is a kernel of ``pipelines/tracking_kernels.py`` (``rt_runtime.exec.kernel``: eager, or
+compiled where it pays); the op builders here declare the contracts and pass ``TrackerParams`` as ``Knobs``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""When the tracker's detections were seen, as TorchScript kernels: the ego pose at a sweep's instant
+"""When the tracker's detections were seen, as kernels: the ego pose at a sweep's instant
 and constant-velocity motion over a time step of either sign (``pipelines/tracking.py``, ops 0 and 2)."""
 from __future__ import annotations
 
