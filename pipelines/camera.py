@@ -25,7 +25,7 @@ padded with the mean grey (0 once normalised), so nothing is stretched or cut; `
 then maps the boxes back into the source frame's pixels (``Letterbox``).
 
 Each op's body is a kernel (``rt_runtime.exec.kernel``): eager by default, or compiled where
-``rt-runtime compile`` measured a net benefit (docs/REPLAY.md, "Kernel modes").
+``rt-runtime compile`` measured a net benefit (docs/REPLAY.md, the kernels' compile mode).
 """
 from __future__ import annotations
 
