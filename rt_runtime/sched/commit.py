@@ -34,6 +34,7 @@ class Commit(Protocol):
     """How a job's computation and its commit meet (module docstring)."""
 
     betting: bool   # results published before they are computed: make_room and defer_egress are called
+    hw: bool        # trace the MEASURED steps of what it computes (set by the inline driver)
     threads: int
 
     def start(self, job: RunJob) -> None: ...

@@ -265,7 +265,7 @@ class Runtime:
                     run_threaded(self, int(t_ns))
                 finally:
                     sys.setswitchinterval(switch)
-            elif self.sched.par is not None and self.sched.par.pool.threads:
+            elif self.compute_threads > 1:
                 # The driver books while the pool computes; an op holding the interpreter lock would
                 # otherwise keep it from the driver for 5 ms at a time, and the pool would run dry.
                 switch = sys.getswitchinterval()

@@ -10,24 +10,25 @@ Entries are ``timeline.Entry(t, phase, name, index, payload, stamp)``, unique be
 everything at one instant is fixed: publishes, then ingress, then releases, each by name then
 index. Hence a job released at t sees what was published at t. Nothing here sleeps, spawns a
 thread or reads a clock; drivers (``inline``, ``threads``) call it, holding ``lock`` if threaded.
+How a job ends (finish, kill, errors) is in ``ends.JobEnds``; how results are committed other than
+serially, behind ``commit.Commit``.
 """
 from __future__ import annotations
 
 import heapq
-import logging
 import threading
 from collections import deque
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
-from .chains import (arm_timeout, chain_bound, next_on_grid, open_instance, release_next, reserved, reserved_release,
+from .chains import (arm_timeout, chain_bound, next_on_grid, open_instance, reserved, reserved_release,
                      timeout)
 from .channel import Channel
 from .commit import Commit
 from .dispatch import wake_idle
-from .events import DROP_BACKLOG, DROP_CHANNEL, DROP_OUTPUT, EventKind, EventSink, FanoutSink
-from .handoff import in_flight
+from .ends import JobEnds
+from .events import DROP_BACKLOG, DROP_CHANNEL, EventKind, EventSink, FanoutSink
 from .join import joined
-from .job import ABORTED, DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
+from .job import DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
 from .let import publish, reserve, snapshot
 from .policy import Policy
 from .timeline import INGRESS, PUBLISH, RELEASE, Entry, new_entry
@@ -37,12 +38,11 @@ Egress = Callable[[str, int, int, Any], None]   # (channel, t_ns, seq, data view
 
 _K = EventKind
 _push = heapq.heappush
-log = logging.getLogger("rt_runtime.sched")
 # Prefix of a reserved job's ready-queue key: before any policy key (deadlines and ranks are >= 0).
 RESERVED = (-1,)
 
 
-class Scheduler:
+class Scheduler(JobEnds):
     """Task and channel state, and the handling of every timeline event (see the module docstring)."""
 
     def __init__(self, tasks: list[TaskState], channels: dict[str, Channel], policy: Policy,
@@ -359,112 +359,6 @@ class Scheduler:
             self.watchdog.react(job, ts.on_miss, t)
             if job.state == WAITING:   # a chain member its predecessor never released: it never runs
                 self.kill(job, t, -1)
-
-    # ---- ends of a job ----------------------------------------------------------------------
-    def fill_outputs(self, job: RunJob) -> None:
-        """Copy the executor's output views into the job's reserved channel slots (at finish); on an
-        asynchronous device the copies are launched on the stream that wrote the views (``out_stream``)."""
-        outs = job.outs
-        ex = job.executor
-        views = ex.outputs   # type: ignore[union-attr]
-        stream = getattr(ex, "out_stream", None)
-        for i, (gout, ch) in enumerate(job.ts.writers):
-            outs[i] = ch.fill(outs[i], views[gout], stream)
-
-    def wants_output(self, job: RunJob) -> bool:
-        """False if the output will be dropped anyway (skip, or a late job): then do not copy it."""
-        return not job.drop and (not job.missed or job.late_ok)
-
-    def finish(self, job: RunJob, t: int, worker: int) -> None:
-        """The last op returned (outputs already filled if wanted): publish now or wait for the deadline."""
-        ts = job.ts
-        c = ts.c
-        job.finish_ns = t
-        ts.active -= 1
-        for ch, s in job.pins:
-            ch.unpin(s)
-        job.pins = ()
-        c.finished += 1
-        ts.on = -1
-        if self.steal:   # its next job may wait in its worker's queue for this one to end
-            cond = self.workers[ts.worker].cond
-            if cond is not None:
-                cond.notify()
-        resp = t - job.release_ns
-        if resp > c.max_response_ns:
-            c.max_response_ns = resp
-        if job.exec_ns > c.max_exec_ns:
-            c.max_exec_ns = job.exec_ns
-        if self.tr:
-            self.hot.emit(_K.FINISH, t, ts.name, job.index, job.exec_ns, worker)
-        for sp in self.speculators:   # a new output, or every worker idle now: wake a speculating worker
-            cond = self.workers[sp.ts.worker].cond
-            if cond is not None and sp.ts.worker != worker:
-                cond.notify()
-        if not self.wants_output(job):
-            self.cancel_outputs(job)
-            job.state = DONE
-            c.skipped += 1
-            if self.tr:
-                self.hot.emit(_K.DROP, t, ts.name, job.index, DROP_OUTPUT, 1)
-        elif job.missed:                  # reaction "none": publish late, on finish
-            job.state = DONE
-            publish(self, job, t, True)
-        elif ts.on_finish:
-            job.state = FINISHED
-            publish(self, job, t, True)
-        else:
-            job.state = FINISHED
-        if job.chain_run is not None:
-            release_next(self, job, t)
-
-    def book_error(self, job: RunJob, err: BaseException, op: str) -> None:
-        """Count an error ``op`` of ``job`` raised (the job is then ended unpublished by the caller); the
-        first of a task is logged, the first thousand of the run kept (``errors``)."""
-        ts = job.ts
-        if not ts.c.errors:
-            log.error("rt_runtime.sched: task '%s' job %d: %s raised %r; the job is aborted (further errors of this "
-                      "task are only counted)", ts.name, job.index, op, err)
-        ts.c.errors += 1
-        if len(self.errors) < 1000:
-            self.errors.append((ts.name, job.index, err))
-
-    def abort(self, job: RunJob, t: int) -> None:
-        """Cancel a job: at once if it is queued, at its next op boundary if it is running."""
-        st = job.state
-        if st == READY or st == PREEMPTED:
-            self.kill(job, t, -1 if st == READY else job.worker)
-        elif st == RUNNING:
-            job.abort_req = True
-
-    def kill(self, job: RunJob, t: int, worker: int) -> None:
-        """End a job that is not executing now: close its graph run, unpin inputs, free its slots."""
-        ts = job.ts
-        if job.gen is not None:
-            job.gen.close()
-            job.gen = None
-            ts.on = -1
-        if job.comp is not None:
-            self.par.dropped(job)
-        # Its launched ops may still read its inputs on its stream: their slots are refilled after them.
-        running = in_flight(job.executor) if self.async_device and job.pins else None
-        for ch, s in job.pins:
-            ch.unpin(s, running)
-        job.pins = ()
-        self.cancel_outputs(job)
-        ts.active -= 1
-        job.aborted = True
-        job.state = ABORTED
-        ts.c.aborted += 1
-        self.emit(_K.ABORT, t, ts.name, job.index, worker, job.ops_done)
-        if job.chain_run is not None:
-            release_next(self, job, t)
-
-    def cancel_outputs(self, job: RunJob) -> None:
-        """Give back a job's reserved output slots unpublished (skipped, killed, or its computation failed)."""
-        for (_, ch), slot in zip(job.ts.writers, job.outs):
-            ch.cancel(slot)
-        job.outs = ()
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-task counters (see ``job.COUNTERS``), by task name."""
