@@ -126,7 +126,7 @@ class RunJob(Job):
     meta_block = 0         # its rows in its task's MetaPool
     stamp_ns = -1          # the instant its outputs describe (sched.meta: the trigger's stamp, else -1: release)
     comp: Any = None       # its computation on the parallel pool (sched.parallel.Computation)
-    handovers: Any = ()    # chain inputs its computation resolves once their producers ran (sched.parallel)
+    handovers: Any = ()    # chain inputs its computation resolves once their producers ran (sched.pool.HandOver)
     reads: Any = ()        # (input, slot) snapshotted while published on a bet, not yet computed (sched.optimistic)
 
     def __init__(self, ts: TaskState, index: int, release_ns: int, deadline_ns: int, pkey: tuple) -> None:

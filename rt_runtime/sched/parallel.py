@@ -57,7 +57,7 @@ from typing import Any, Callable
 from ..exec.executor import GraphExecutor
 from .events import DROP_NO_INPUT, EventKind
 from .job import ABORTED, FINISHED, RunJob
-from .pool import Computation, ComputePool, NoInput, record_compare
+from .pool import Computation, ComputePool, HandOver, NoInput, record_compare
 
 _K = EventKind
 _MEASURED = int(EventKind.MEASURED)
@@ -133,7 +133,7 @@ class ParallelCommit:
         for _, slot in refs:
             slot.refs += 1
         c = Computation(job, ex, inputs, refs)
-        after = [h[1] for h in job.handovers] if job.handovers else []
+        after = [h.producer for h in job.handovers] if job.handovers else []
         if job.reads:
             after += self.waits_for(job, c)
         if job.handovers:
@@ -203,7 +203,7 @@ class ParallelCommit:
                                                             fb.stamp_ns]))
         if not nxt.handovers:
             nxt.handovers = []
-        nxt.handovers.append((gin, src.comp, oi, fb, meta))
+        nxt.handovers.append(HandOver(gin, src.comp, oi, fb, meta))
         nxt.inputs[gin] = None   # resolved by its computation
 
     def dropped(self, job: RunJob) -> None:

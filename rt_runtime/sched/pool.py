@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .handoff import wait_ready
 from .job import RunJob
@@ -29,6 +29,16 @@ def record_compare(verdict: int, copies: int) -> None:
     c = getattr(_local, "comp", None)
     if c is not None:
         c.compares.append((verdict, copies))
+
+
+class HandOver(NamedTuple):
+    """A chain input a computation resolves once its producer ran (``ParallelCommit.hand_over``)."""
+
+    input: str                # the reader's graph input
+    producer: "Computation"   # the producer's computation
+    output: int               # the producer's output index
+    fallback: Any             # the slot the channel held at the hand-over (pinned), None: nothing
+    meta: Any                 # (metadata input, row) of that fallback, None: no metadata row
 
 
 class Computation:
@@ -55,8 +65,7 @@ class Computation:
         self.waiting = 0                        # computations it waits for, not done yet
         self.dependents: list[Computation] = []   # computations waiting for this one
         self.after: list[Computation] = []        # computations this one waits for
-        # chain hand-overs: (input, producer's computation, its output index, fallback slot, meta row)
-        self.handovers: list[tuple] = []
+        self.handovers: list[HandOver] = []   # chain inputs resolved once their producers ran
         self.compares: list[tuple[int, int]] = []   # COMPARE events (verdict, copies) of a redundant job
         self.reads: Any = ()   # (input, slot) published on a bet: read once its producer ran (sched.optimistic)
         self.expect: tuple[int, int] | None = None   # the COMPARE verdict a bet traced for it (sched.optimistic)
