@@ -142,20 +142,26 @@ class TaskBinding:
 CostModel = Callable[[str, int, int, Op, int], int]
 
 
-def measured_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
-    """Virtual time advances by the op's real (wall) duration: a replay as slow as the hardware."""
-    return measured_ns
+class MeasuredCost:
+    """Virtual time advances by what ``measure`` read around the op: the cost is the measurement.
+
+    ``measured`` tells the inline driver so (it books the measurement itself, no model call).
+    """
+
+    measured = True
+
+    def __init__(self, measure: Callable[[], int], doc: str) -> None:
+        self.measure = measure
+        self.__doc__ = doc
+
+    def __call__(self, task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
+        """The measurement, unchanged."""
+        return measured_ns
 
 
-def cpu_time_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
-    """Virtual time advances by the CPU time the op's thread used: immune to other processes on a
-    loaded machine (no spurious misses in a replay), blind to work on other threads or a GPU."""
-    return measured_ns
-
-
-# What the inline driver measures an op with, per cost model (default: wall time).
-measured_cost.measure = time.monotonic_ns      # type: ignore[attr-defined]
-cpu_time_cost.measure = time.thread_time_ns    # type: ignore[attr-defined]
+measured_cost = MeasuredCost(time.monotonic_ns, "The op's real (wall) duration: a replay as slow as the hardware.")
+cpu_time_cost = MeasuredCost(time.thread_time_ns, "The CPU time the op's thread used: immune to other processes on "
+                             "a loaded machine (no spurious misses in a replay), blind to other threads or a GPU.")
 
 
 def declared_cost(task: str, job: int, op_index: int, op: Op, measured_ns: int) -> int:
