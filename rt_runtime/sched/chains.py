@@ -94,13 +94,13 @@ def open_instance(s: Core, head: RunJob, r: int) -> None:
             continue   # released on its own period while degraded
         # Counted released with its instance, at r: when it is queued (its predecessor's finish) depends on
         # how fast the machine computes, and the LET counters replay diagnostics carry must not.
-        job = s.admit(ts, r, run.end_ns, s.key(ts.prio, r + chain.hop_end[k], ts.name, r), False, ts.chain_skip)
+        # The chain's outputs describe what its head read: stamped as the head.
+        key = s.key(ts.prio, r + chain.hop_end[k], ts.name, r)
+        job = s.admit(ts, r, run.end_ns, key, head.stamp_ns, ts.chain_skip)
         if job is None:
             return   # backlog, or a required input never written yet: neither it nor the members after it run
         job.state = WAITING
         job.chain_run = run
-        job.stamp_ns = head.stamp_ns   # the chain's outputs describe what its head read
-        s.arm(job, r)
         run.jobs[k] = job
         s.schedule(new_entry((run.end_ns, PUBLISH, ts.name, job.index, job, -1)))
         if job.fallback and ts.fallback_alone:

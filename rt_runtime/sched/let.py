@@ -2,8 +2,8 @@
 become visible at its deadline (docs/CYCLE.md, steps 2 and 4 of an instant).
 
 ``snapshot`` pins, at release r, the message each input channel holds (an optional input's default
-where there is none) and fills the job's metadata rows; ``reserve`` takes a slot per output for the
-job to fill; ``publish`` commits the job's reserved output slots at t, triggers the tasks waiting on them and hands them to egress; on an asynchronous device the
+where there is none) and fills the job's metadata rows (``Scheduler.admit`` then reserves a slot per
+output for the job to fill); ``publish`` commits the job's reserved output slots at t, triggers the tasks waiting on them and hands them to egress; on an asynchronous device the
 egress gets a host copy, delivered by ``flush_egress`` after the driver released the scheduler's lock.
 Functions of the scheduler, called where it runs (under its lock when threaded).
 """
@@ -62,14 +62,6 @@ def snapshot(s: Core, ts: TaskState, job: RunJob, r: int, skip: Collection[str] 
         if meta is not None and gin in meta.row_of:
             meta.fill(block, gin, m.t_ns, m.seq, r, st, m.stamp_ns)
     return stale
-
-
-def reserve(s: Core, ts: TaskState, job: RunJob, r: int) -> None:
-    """The job's output slots, reserved at its release ``r`` (bets settled first where a channel is full)."""
-    if s.betting:
-        for _, ch in ts.writers:
-            s.par.make_room(ch, r)   # type: ignore[union-attr]
-    job.outs = [ch.reserve() for _, ch in ts.writers]
 
 
 def publish(s: Core, job: RunJob, t: int, at_finish: bool) -> None:

@@ -29,7 +29,7 @@ from .ends import JobEnds
 from .events import DROP_BACKLOG, DROP_CHANNEL, EventKind, EventSink, FanoutSink
 from .join import joined
 from .job import DONE, FINISHED, PREEMPTED, READY, RUNNING, WAITING, RunJob, TaskState
-from .let import publish, reserve, snapshot
+from .let import publish, snapshot
 from .policy import Policy
 from .timeline import INGRESS, PUBLISH, RELEASE, Entry, new_entry
 
@@ -111,14 +111,14 @@ class Scheduler(JobEnds):
 
     @sink.setter
     def sink(self, sink: EventSink) -> None:
-        # The high-rate kinds (``events.HOT``) go to ``hot``: the new sink, unless a listener that acts on
-        # none of them (the safety monitor) then puts the tracer back there, to skip its fan-out.
+        # Setting the sink sets ``hot`` too; ``listen`` then keeps the tracer there, for the high-rate kinds
+        # (``events.HOT``) to skip the fan-out.
         self._sink = sink
         self.hot = sink
 
     def listen(self, listener: EventSink) -> None:
         """The hook for an extension that acts on events (the safety monitor): ``listener`` gets every
-        event but the high-rate kinds (``events.HOT``), which go on to the sink alone, unfanned."""
+        event but the high-rate kinds (``events.HOT``), which go on to ``hot`` (the tracer) alone, unfanned."""
         hot = self.hot
         self.sink = FanoutSink(self._sink, listener)
         self.hot = hot
@@ -250,7 +250,7 @@ class Scheduler(JobEnds):
         # A degraded task's fallback released on its own period runs ahead of every other job: the
         # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
         key = self.key(ts.prio, d, ts.name, r)
-        job = self.admit(ts, r, d, RESERVED + key if reserved(ts) else key, True,
+        job = self.admit(ts, r, d, RESERVED + key if reserved(ts) else key, None,
                          ts.chain_skip if ts.chain_pos > 0 and reserved(ts) else ())
         if job is None:
             if ts.trigger is not None and ts.active >= self.max_active:   # dropped with the message that released it
@@ -261,17 +261,6 @@ class Scheduler(JobEnds):
                 if ts.triggered and ch.unread(rid):
                     self.trigger(ts, r)
             return
-        if ts.meta is not None and ts.readers:
-            ts.meta.bind(job.meta_block, job.inputs)
-        if ts.trigger is not None and not ts.trigger_is_input:
-            ch, rid = ts.trigger
-            s = ch.read(rid)
-            if s is not None:
-                job.stamp_ns = s.stamp_ns
-                ch.unpin(s)
-        if job.stamp_ns < 0:
-            job.stamp_ns = r   # a periodic task's outputs describe the world it read at its release
-        self.arm(job, r)
         if ts.chain is not None and ts.chain_pos == 0:
             open_instance(self, job, r)   # the whole chain publishes at r + its deadline
         _push(self.timeline, new_entry((job.deadline_ns, PUBLISH, ts.name, job.index, job, -1)))
@@ -288,44 +277,60 @@ class Scheduler(JobEnds):
         elif ts.join is not None and joined(ts):
             self.trigger(ts, r)
 
-    def admit(self, ts: TaskState, r: int, d: int, key: tuple, announce: bool,
+    def admit(self, ts: TaskState, r: int, d: int, key: tuple, stamp: int | None = None,
               skip: Collection[str] = ()) -> RunJob | None:
-        """The start every job shares, a task's or a chain member's: its index, the backlog check, its
-        count as released at ``r``, its LET read but of ``skip`` (``announce``: both traced now; a chain
-        member's are traced when its predecessor releases it). None: the job was dropped (backlog, or a
+        """Set up a job of ``ts`` released at ``r``, a task's or a chain member's alike: its index, the
+        backlog check, its count as released, its LET read but of ``skip``, the instant its outputs
+        describe, its output slots (through the commit: a full channel settles bets first), its executor
+        for the task's mode. ``stamp`` None: a job queued now (traced RELEASE and SNAPSHOT, metadata bound,
+        stamped from its trigger or its inputs); else a chain member's, stamped ``stamp`` (its head's),
+        traced, bound and queued when its predecessor finishes. None: the job was dropped (backlog, or a
         required input never written), counted and traced as such."""
         idx = ts.next_index
         ts.next_index = idx + 1
         c = ts.c
+        tr = self.tr
         if ts.active >= self.max_active:
             c.dropped_releases += 1
-            if self.tr:
+            if tr:
                 self.hot.emit(_K.DROP, r, ts.name, idx, DROP_BACKLOG, 1)
             return None
         job = RunJob(ts, idx, r, d, key)
         c.released += 1
-        if announce and self.tr:
+        now = stamp is None
+        if now and tr:
             self.hot.emit(_K.RELEASE, r, ts.name, idx, ts.worker, int(ts.triggered))
         stale = 0
         if ts.readers:
             stale = snapshot(self, ts, job, r, skip)
             if stale is None:
                 return None
-        if announce and self.tr:
-            self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
-        return job
-
-    def arm(self, job: RunJob, r: int) -> None:
-        """The end of every job's set-up: its output slots (through the commit's ``room``: a full channel
-        settles bets first), its executor for the task's mode, counted active."""
-        ts = job.ts
-        if ts.writers:
-            reserve(self, ts, job, r)
+        if now:
+            if tr:
+                self.hot.emit(_K.SNAPSHOT, r, ts.name, idx, len(job.inputs), stale)
+            if ts.meta is not None and ts.readers:
+                ts.meta.bind(job.meta_block, job.inputs)
+            if ts.trigger is not None and not ts.trigger_is_input:
+                ch, rid = ts.trigger
+                m = ch.read(rid)
+                if m is not None:
+                    job.stamp_ns = m.stamp_ns
+                    ch.unpin(m)
+            if job.stamp_ns < 0:
+                job.stamp_ns = r   # a periodic task's outputs describe the world it read at its release
+        else:
+            job.stamp_ns = stamp
+        if ts.writers:   # its output slots, each reserved now (bets settled first where a channel is full)
+            if self.betting:
+                for _, ch in ts.writers:
+                    self.par.make_room(ch, r)   # type: ignore[union-attr]
+            job.outs = [ch.reserve() for _, ch in ts.writers]
         mode = ts.mode
         job.fallback = mode
         ex = job.executor = ts.executors[mode]
         job.last_op = len(ex.graph.ops) - 1   # type: ignore[union-attr]
         ts.active += 1
+        return job
 
     def queue(self, w: Any, job: RunJob) -> None:
         """Put a released job on its worker's ready queue (and wake the worker's thread, if any; with
