@@ -82,11 +82,12 @@ class StackRuntime:
         return ingress_tensor(a, self.tensors)
 
     def warm_up(self) -> None:
-        """Run every executor (primary and fallback) on synthetic inputs, then let it capture its graph."""
+        """Run every executor (primary and fallback) on synthetic inputs in its task's compile mode, then let it
+        capture its graph."""
         for ts in self.rt.sched.tasks.values():
             for ex in ts.executors:
                 if ex is not None:
-                    warm_up(ex)
+                    warm_up(ex, compile=ts.binding.compile)
 
     def push_initial(self) -> None:
         """The stack's initial channel values, visible at time 0."""

@@ -120,7 +120,7 @@ def every_key_doc():
                realtime={"enabled": False, "priority": 10, "cpus": [sorted(os.sched_getaffinity(0))[0]]})
     tasks = {t["name"]: t for t in doc["tasks"]}
     tasks["radar_objects"].update(priority=1, blocking="0ms", jitter="0ms", offset="0ms", group="perception",
-                                  worker=0, publish="let", optional=["radar"],
+                                  worker=0, publish="let", optional=["radar"], compile="eager",
                                   redundancy={"mode": "dual", "compare": "tolerance", "atol": 1e-5, "rtol": 0.0,
                                               "budget": "nominal", "checks": {"radar_object_count": {"capacity": 64}},
                                               "cost": "100us"})

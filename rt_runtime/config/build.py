@@ -158,6 +158,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
                 fallback=fallback, fallback_wcet_ns=fallback_budget(e, cfg.source, task.name),
                 on_miss=e.get("on_miss", "skip"), on_overrun=e.get("on_overrun"),
                 group=e.get("group"), recover_after=e.get("recover_after", 3), publish=e.get("publish", "let"),
+                compile=e.get("compile"),
                 worker=e.get("worker"), executor=executor, speculate=_speculate(cfg, task.name, speculate, graph),
                 op_budgets=parse_op_budgets(e, cfg.source, task.name), join=_join(e, cfg.source, task.name),
                 optional=_optional(e, cfg.source, task.name))

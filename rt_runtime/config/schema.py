@@ -23,7 +23,7 @@ from ..analysis.schedulability import POLICIES
 from ..core.task import CRITICALITIES
 from ..core.units import DURATION_RE
 from ..io import EGRESS_CODECS, INGRESS_CODECS
-from ..sched.binding import Publish, Reaction
+from ..sched.binding import COMPILE_MODES, Publish, Reaction
 from ..sched.channel import ChannelPolicy
 
 # A duration with its unit, as ``core.units.parse_duration`` reads it ("10ms", "250us", "1.5s", "500ns").
@@ -223,6 +223,9 @@ class Task(_Model):
     """Keyword arguments of the fallback builder."""
     fallback_wcet: Annotated[Duration | None, RUNTIME] = None
     """The fallback graph's budget (default: wcet): reserved for the degraded task every period."""
+    compile: Annotated[Literal[COMPILE_MODES] | None, RUNTIME] = None  # type: ignore[valid-type]
+    """How its kernels run: auto (a compiled mode cached by `rt-runtime compile` where it pays), eager, jit, aot
+    (default: $RT_RUNTIME_COMPILE, else eager)."""
     group: Annotated[str | None, RUNTIME] = None
     """Tasks of one group degrade together."""
     recover_after: Annotated[Annotated[int, Field(ge=1)] | None, RUNTIME] = None

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 from ..core.units import DurationError, clip, parse_duration
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched import ChannelConfig, ChannelPolicy
-from ..sched.binding import Publish, Reaction
+from ..sched.binding import COMPILE_MODES, Publish, Reaction
 # The records of a parsed file are model.py's and the graphs are built by build.py (which reads only
 # model.py and fields.py): the names stay importable from here, where a stack file is read.
 from .build import build_bindings, run_chains  # noqa: F401 - re-exported
@@ -165,9 +165,9 @@ def _runtime_keys(e: Mapping[str, Any], source: str, name: str) -> None:
             raise fail(source, f"task '{name}': {key}", f"expected a mapping of argument names to values, found "
                         f"{clip(args)}", task=name, fld=key)
     fallback_budget(e, source, name)   # a positive duration, and only beside a fallback
-    for key, choices in (("on_miss", Reaction), ("on_overrun", Reaction), ("publish", Publish)):
+    for key, choices in (("on_miss", Reaction), ("on_overrun", Reaction), ("publish", Publish), ("compile", COMPILE_MODES)):
         value = e.get(key)
-        names = [c.value for c in choices]
+        names = [getattr(c, "value", c) for c in choices]
         if value is not None and value not in names:
             raise fail(source, f"task '{name}': {key}", f"expected one of {', '.join(names)}, found {clip(value)}"
                         f"{suggest(value, names) if isinstance(value, str) else ''}", task=name, fld=key)

@@ -52,6 +52,11 @@ class Join:
             raise ValueError("join: a window applies to 'all' and must not be negative")
 
 
+# What a task's ``compile:`` may ask: exec.compile.REQUESTS, spelled here so that reading a stack file does not
+# import torch (tests/test_kernels.py pins them equal).
+COMPILE_MODES = ("auto", "eager", "jit", "aot")
+
+
 @dataclass(frozen=True)
 class TaskBinding:
     """A task with its graph, channel wiring (graph name -> channel name) and fault handling."""
@@ -70,6 +75,7 @@ class TaskBinding:
     # cost under budget timing and what the analysis charges for them (docs/SAFETY.md, "Degraded mode").
     fallback_wcet_ns: int | None = None
     publish: Publish | str = Publish.LET
+    compile: str | None = None                 # its kernels' mode (exec.compile.REQUESTS); None: the default
     worker: int | None = None                  # explicit partition; None: first-fit decreasing
     # Builds the primary graph's executor instead of a plain GraphExecutor (e.g. the time-redundant
     # ``rt_runtime.safety.RedundantExecutor``): called as ``executor(binding, device, owner=...,
