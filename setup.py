@@ -32,6 +32,7 @@ setup(
                       "simplejpeg==1.9.0"],
     extras_require={
         "bag": ["rosbags>=0.11"],
+        "live": ["foxglove-sdk==0.30.3"],
         "ros": [
             "ros-rclpy==9.1.2",
             "ros-rmw-fastrtps-cpp==9.3.3",
@@ -44,7 +45,7 @@ setup(
         "cuda": ["cupy-cuda13x>=14"],
         # `rt-runtime batch`: Dask distributed, the Parquet results store, the progress bar
         "fleet": ["dask>=2026.8.0", "distributed>=2026.8.0", "pyarrow>=26", "tqdm>=4.66"],
-        "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8", "websockets==17.4"],
     },
     zip_safe=True,
     entry_points={"console_scripts": ["rt-runtime = rt_runtime.cli:main"]},
