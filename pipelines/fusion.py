@@ -16,7 +16,7 @@ the CPU they compute on the counted rows only, ``geometry.live_rows``):
    ``v = fy Y/Z + cy`` — to the 2D box around them, clipped to the image; boxes with a corner
    nearer than ``near_m`` are not projected. With lens distortion (CameraInfo's ``plumb_bob``,
    ``rational_polynomial`` or ``equidistant`` ``d``, or the config's) each corner goes through the lens
-   first (``geometry.distort_normalized``): the detector sees the unrectified image. Projected and
+   first (``camera_model.distort_normalized``): the detector sees the unrectified image. Projected and
    detected 2D boxes are matched by IoU (cost 1 - IoU, gate ``iou_gate``, greedy). The camera confirms: a matched object takes the
    camera's class and score ``1 - (1 - s)(1 - s_cam)``; an object in view that the camera missed
    (while the camera did report) is discounted by ``camera_miss_scale``.
@@ -35,8 +35,8 @@ from torch import Tensor
 from rt_runtime import Graph, Op
 from rt_runtime.exec import kernel
 from pipelines import schema
-from pipelines.geometry import (CameraModel, box_corners, compact, distort_normalized, greedy_assign, live_rows,
-                                on_device, valid_mask)
+from pipelines.camera_model import CameraModel, distort_normalized
+from pipelines.geometry import box_corners, compact, greedy_assign, live_rows, on_device, valid_mask
 
 F = {c: i for i, c in enumerate(schema.FUSED_COLS)}   # for readers of ``fused`` (the kernels unpack rows)
 SRC_LIDAR, SRC_RADAR, SRC_CAMERA = 1, 2, 4

@@ -34,7 +34,7 @@ def build_fusion_tracking(device: str = "cpu", camera: dict | None = None, fusio
                           tracker: dict | None = None) -> "Graph":
     """``build_fusion_tracking_graph`` from plain config values (YAML mappings, not dataclasses)."""
     from pipelines.fusion import FusionParams
-    from pipelines.geometry import CameraModel
+    from pipelines.camera_model import CameraModel
     from pipelines.tracking import TrackerParams, build_fusion_tracking_graph
 
     def tuples(d: dict | None) -> dict:

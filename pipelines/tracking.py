@@ -64,7 +64,8 @@ from rt_runtime.sched.meta import meta_spec
 from pipelines import schema
 from pipelines import tracking_kernels as kernels
 from pipelines.fusion import FusionParams, fusion_inputs, fusion_ops
-from pipelines.geometry import CameraModel, on_device
+from pipelines.camera_model import CameraModel
+from pipelines.geometry import on_device
 from pipelines.tracking_kernels import ATTR_COLS
 
 RADAR = "radar_objects"   # the fusion input whose stamp the radar-only objects carry

@@ -204,7 +204,7 @@ def textbook(model: str, d: list[float], x: float, y: float) -> tuple[float, flo
 
 @pytest.mark.parametrize("model", list(LENSES))
 def test_distortion_matches_the_textbook_and_undistorts_back(model):
-    from pipelines.geometry import CameraModel
+    from pipelines.camera_model import CameraModel
 
     cam = CameraModel(fx=480.0, fy=478.0, cx=380.0, cy=290.0, width=W, height=H, distortion_model=model,
                       d=tuple(LENSES[model]))
@@ -225,7 +225,7 @@ def test_distortion_matches_the_textbook_and_undistorts_back(model):
 
 
 def test_a_known_point_through_plumb_bob():
-    from pipelines.geometry import CameraModel
+    from pipelines.camera_model import CameraModel
 
     cam = CameraModel(fx=500.0, fy=500.0, cx=320.0, cy=240.0, distortion_model="plumb_bob", d=(-0.3, 0, 0, 0, 0))
     # x = 0.5, y = 0: r^2 = 0.25, radial 1 - 0.3 x 0.25 = 0.925: x_d = 0.4625, u = 500 x 0.4625 + 320
@@ -235,7 +235,7 @@ def test_a_known_point_through_plumb_bob():
 
 
 def test_points_far_out_of_view_do_not_fold_back_into_the_image():
-    from pipelines.geometry import CameraModel
+    from pipelines.camera_model import CameraModel
 
     cam = CameraModel(fx=480.0, fy=480.0, cx=383.5, cy=287.5, width=W, height=H, distortion_model="plumb_bob",
                       d=(-0.35, 0.0, 0.0, 0.0, 0.0))   # r_d = r (1 - 0.35 r^2) turns back at r = 0.98
@@ -266,7 +266,8 @@ def test_the_fusion_matches_a_distorted_camera_box_only_through_the_lens():
     shows it; projected through the lens the LiDAR box is that box and the camera confirms the object, projected
     as a pinhole it lands some 50 px further out (IoU 0.15, under the 0.3 gate) and the camera's box is not its."""
     from pipelines.fusion import SRC_CAMERA
-    from pipelines.geometry import CameraModel, box_corners
+    from pipelines.camera_model import CameraModel
+    from pipelines.geometry import box_corners
 
     lens = CameraModel(**default_intrinsics(W, H), x=1.6, z=1.45, distortion_model="plumb_bob",
                        d=(-0.3, 0.08, 0.0, 0.0, 0.0))

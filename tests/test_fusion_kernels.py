@@ -9,7 +9,8 @@ import torch
 
 from pipelines import fusion, schema, tracking, tracking_kernels as kernels
 from pipelines.fusion import SRC_CAMERA, SRC_RADAR, FusionParams
-from pipelines.geometry import CameraModel, hungarian_assign
+from pipelines.camera_model import CameraModel
+from pipelines.geometry import hungarian_assign
 from pipelines.tracking import TrackerParams, build_fusion_tracking_graph, initial_tracker_state
 from pipelines.tracking_kernels import Knobs
 from rt_runtime import Graph

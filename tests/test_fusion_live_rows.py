@@ -10,7 +10,8 @@ import torch
 
 from pipelines import fusion, schema
 from pipelines.fusion import build_fusion_graph
-from pipelines.geometry import CameraModel, live_rows
+from pipelines.camera_model import CameraModel
+from pipelines.geometry import live_rows
 from pipelines.tracking_kernels import _rows_matmul
 from rt_runtime.exec import GraphExecutor
 

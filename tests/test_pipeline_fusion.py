@@ -7,7 +7,7 @@ import torch
 
 from pipelines import schema
 from pipelines.fusion import F, SRC_CAMERA, SRC_LIDAR, SRC_RADAR, build_fusion_graph
-from pipelines.geometry import CameraModel
+from pipelines.camera_model import CameraModel
 from rt_runtime.exec import GraphExecutor
 from rt_runtime.memory import PoolKind
 

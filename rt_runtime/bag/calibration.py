@@ -11,7 +11,7 @@ which is how a topic finds its mount.
 
 Camera poses follow REP 103: a ``CameraInfo``'s frame is the optical frame (z forward, x right,
 y down); ``camera_pose`` turns it into the body pose (x forward, z up; roll, pitch, yaw) that
-``pipelines.geometry.CameraModel`` takes. The pure parts (``compose``, ``camera_pose``) take
+``pipelines.camera_model.CameraModel`` takes. The pure parts (``compose``, ``camera_pose``) take
 plain values; only ``read_calibration`` reads a bag.
 """
 from __future__ import annotations
