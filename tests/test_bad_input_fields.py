@@ -190,6 +190,10 @@ def test_an_enum_field_names_task_field_choices_and_value(case, tmp_path, capsys
     assert rc == 2, (out, err)
     one_line(err, "rt-runtime replay: error:", str(cfg), says)
     assert snapshot(tmp_path) == before
+    # check reads the whole stack file too: it passed these values on to a replay that refused them
+    rc, out, err = run(["check", cfg], capsys)
+    assert rc == 2 and out == "", (out, err)
+    one_line(err, "rt-runtime check: error:", str(cfg), says)
 
 
 ARG_CASES = {   # args of the LiDAR detector's builder, a task of its own: (args, what the line says)

@@ -45,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..core.task import TaskError
 
     try:
+        check_runtime_keys(args.file)
         report = analyse_file(args.file)
         mode = degraded_mode(args.file)
     except ConfigError as e:
@@ -61,6 +62,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(report, str(args.file), mode))
     return 0 if report.schedulable and (mode is None or mode.schedulable) else 1
+
+
+def check_runtime_keys(path: str) -> None:
+    """A full stack file (a task with a ``graph:``) is read as replay and the live node read it, so a value only
+    they use (``on_miss: explode``, ``compile: jitt``) is refused here too, not after the analysis passed it."""
+    from ..config.stack import load_stack
+    from ..config.taskset import load_yaml
+
+    doc = load_yaml(path)
+    tasks = doc.get("tasks") if isinstance(doc, dict) else None
+    if isinstance(tasks, list) and any(isinstance(t, dict) and "graph" in t for t in tasks):
+        load_stack(path)
 
 
 def analyse_file(path: str) -> SchedulabilityReport:
