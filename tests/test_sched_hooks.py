@@ -13,7 +13,7 @@ MS = 1_000_000
 X, Y = TensorSpec("x", (1,), "float32"), TensorSpec("y", (1,), "float32")
 
 
-def run(listen: bool) -> tuple[list, list, Runtime]:
+def run(listen: bool, hot: bool = False) -> tuple[list, list, Runtime]:
     """A task that misses every other job (its budget past its deadline on odd jobs), with or without a listener."""
     g = Graph("g", [Op("inc", lambda x, y: torch.add(x, 1.0, out=y), (X,), (Y,))], [X], ["y"])
     b = TaskBinding(Task("T", 10 * MS, 2 * MS, deadline_ns=5 * MS), g, inputs={"x": "/in"}, outputs={"y": "/out"})
@@ -24,7 +24,7 @@ def run(listen: bool) -> tuple[list, list, Runtime]:
     sink, heard = RecordingSink(), RecordingSink()
     rt = Runtime([b], clock=VirtualClock(), cost=cost, sink=sink)
     if listen:
-        rt.sched.listen(heard)
+        rt.sched.listen(heard, hot=hot)
     rt.push("/in", 0, torch.zeros(1))
     rt.run_until(60 * MS)
     rt.close()
@@ -38,3 +38,10 @@ def test_a_listener_hears_every_event_but_the_high_rate_kinds_and_the_trace_is_u
     assert trace == ref   # the tracer still gets every event, in the same order
     assert heard == [e for e in ref if e[0] not in HOT]   # the listener: the rest, in the same order
     assert any(e[0] == EventKind.MISS for e in heard) and any(e[0] == EventKind.PUBLISH for e in heard)
+
+
+def test_a_hot_listener_hears_every_event_in_order_and_the_trace_is_unchanged() -> None:
+    ref, _, _ = run(False)
+    trace, heard, _ = run(True, hot=True)   # the live view's hook: every job's start and finish too
+    assert trace == ref and heard == ref
+    assert any(e[0] == EventKind.FINISH for e in heard)

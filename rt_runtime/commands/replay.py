@@ -40,6 +40,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
                    help="turn the config's speculate: keys on (or off with --no-speculate); default: as configured")
     p.add_argument("--expect", metavar="FILE", help="gates: YAML of dotted paths into the replay JSON and their "
                    "bounds, e.g. 'misses: {max: 0}'; exit 1 when one does not hold (docs/REPLAY.md, Fleet replay)")
+    p.add_argument("--foxglove", nargs="?", const="", metavar="[HOST:]PORT",
+                   help="serve the runtime's state live (jobs, per-task response and slack, safety level) on a Foxglove "
+                        "websocket at 127.0.0.1:8765, or [HOST:]PORT (0: any free port); docs/ROS.md, Live view")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
 
@@ -145,6 +148,19 @@ def _timing(timing: str | None, speed: str | float) -> str:
     return timing or "budget"
 
 
+def _live(endpoint: str | None) -> Any:
+    """``--foxglove``'s server, started (None without the flag); a bad value or a busy port: one line."""
+    if endpoint is None:
+        return None
+    from ..cli import UsageError
+    from ..live.foxglove import LiveError, start
+
+    try:
+        return start(endpoint or None, "rt-runtime replay")
+    except LiveError as e:
+        raise UsageError(str(e)) from None
+
+
 def stack_for_bag(config: Any, bag: Any, remap: dict[str, str] | None = None) -> Any:
     """The stack as `replay` runs it on ``bag`` (``batch``'s workers too: one digest): the config with its
     remaps, calibrated from the bag's CameraInfo and /tf_static; notes on stderr."""
@@ -193,11 +209,16 @@ def run(args: argparse.Namespace) -> int:
         cfg = stack_for_bag(config, bag, remap)
         if args.device:
             cfg = dataclasses.replace(cfg, device=args.device)
-        result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
-                        out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
-                        until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
-                        timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
-                        parallel=args.parallel, reader=args.reader)
+        live = _live(getattr(args, "foxglove", None))
+        try:
+            result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
+                            out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
+                            until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
+                            timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
+                            parallel=args.parallel, reader=args.reader, listeners=[live] if live is not None else ())
+        finally:
+            if live is not None:
+                live.close()
     except (ConfigError, ReplayError, BagError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     interrupted = result.extra.get("interrupted")

@@ -46,7 +46,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
            speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
            replace: bool = False, stop: Callable[[], str | None] | None = None,
-           parallel: int | None = None, reader: str = "auto") -> ReplayResult:
+           parallel: int | None = None, reader: str = "auto", listeners: Sequence[Any] = ()) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -68,6 +68,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     name once one arrived): the replay then ends after the message before, the output bag is closed
     readable and marked partial, the trace's metadata says ``"partial": true``, and
     ``ReplayResult.extra["interrupted"]`` names the signal.
+    ``listeners``: event sinks attached with ``Scheduler.listen(hot=True)`` (every event, the live view's
+    ``rt_runtime.live``); they observe and change nothing (a lost bet's rerun: they hear both runs).
     ``reader``: where the bag is read and decoded, ahead of the driver: ``"thread"`` (a thread here),
     ``"process"`` (a child process, off this process's GIL; it starts while the stack builds) or
     ``"auto"`` (the process where the replay reads ``feed_process.PROCESS_MIN_BYTES`` or more and the
@@ -94,7 +96,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         try:
             run.open(out=out, out_format=out_format, replace=replace, speed=speed, workers=workers, timing=timing,
                      cost=cost, speculate=speculate, hardware=hardware, retain_channels=retain_channels,
-                     parallel=parallel, optimistic=optimistic)
+                     parallel=parallel, optimistic=optimistic, listeners=listeners)
         except BaseException:
             if feed is not None:   # a set-up that failed leaves no reader process behind
                 feed.close()

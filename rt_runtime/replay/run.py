@@ -76,7 +76,8 @@ class ReplayRun:
 
     def open(self, *, out: str | Path | None, out_format: str, replace: bool, speed: str | float,
              workers: int | None, timing: str, cost: CostModel | None, speculate: bool | None, hardware: bool,
-             retain_channels: Sequence[str] | None, parallel: int | None, optimistic: bool = False) -> None:
+             retain_channels: Sequence[str] | None, parallel: int | None, optimistic: bool = False,
+             listeners: Sequence[Any] = ()) -> None:
         """Build and warm the stack, then create the output bag (``replay``'s arguments of the same names)."""
         import torch
 
@@ -118,6 +119,8 @@ class ReplayRun:
         if not virtual:   # say what "realtime" does here, before it does it
             print(f"rt-runtime replay: {self.rt.describe_realtime()}", file=sys.stderr)
         self.monitor = stack.safety_monitor()
+        for listener in listeners:   # after the monitor: it hears the monitor's SAFETY events too
+            self.rt.sched.listen(listener, hot=True)
         # Intra-op threads per computing thread: more only fight over the cores.
         torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
         stack.warm_up()

@@ -116,12 +116,14 @@ class Scheduler(JobEnds):
         self._sink = sink
         self.hot = sink
 
-    def listen(self, listener: EventSink) -> None:
+    def listen(self, listener: EventSink, hot: bool = False) -> None:
         """The hook for an extension that acts on events (the safety monitor): ``listener`` gets every
-        event but the high-rate kinds (``events.HOT``), which go on to ``hot`` (the tracer) alone, unfanned."""
-        hot = self.hot
+        event but the high-rate kinds (``events.HOT``), which go on to ``hot`` (the tracer) alone, unfanned;
+        ``hot=True``: the high-rate kinds too (an observer of every job's start and finish, the live view),
+        at the cost of a fan-out per event."""
+        was = self.hot
         self.sink = FanoutSink(self._sink, listener)
-        self.hot = hot
+        self.hot = FanoutSink(was, listener) if hot else was
         self.tr = True
 
     def use_commit(self, commit: Commit) -> None:

@@ -1,0 +1,133 @@
+"""`replay --foxglove`: a Foxglove protocol client (``websockets``, subprotocol ``foxglove.sdk.v1``) sees the
+runtime's state live; without a client the replay is what it was; a busy port is one line."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rt_runtime.cli import main
+from rt_runtime.live.state import LiveState
+from rt_runtime.sched.events import EventKind as K
+
+from replay_fixtures import short_bag  # noqa: F401 - a fixture
+
+websockets = pytest.importorskip("websockets")
+pytest.importorskip("foxglove")
+
+SUBPROTOCOL = "foxglove.sdk.v1"
+MESSAGE_DATA = 0x01   # binary opcode: subscription id (u32), log time (u64), payload
+
+
+async def watch(url: str, proc: subprocess.Popen) -> tuple[dict[str, dict], dict[str, list[dict]]]:
+    """Subscribe to every channel as it is advertised; the messages of each, decoded, until the server stops."""
+    channels: dict[int, dict] = {}
+    subs: dict[int, str] = {}
+    got: dict[str, list[dict]] = {}
+    async with websockets.connect(url, subprotocols=[SUBPROTOCOL], max_size=None) as ws:
+        assert ws.subprotocol == SUBPROTOCOL
+        try:
+            async for frame in ws:
+                if isinstance(frame, str):
+                    op = json.loads(frame)
+                    if op["op"] == "advertise":
+                        new = []
+                        for ch in op["channels"]:
+                            channels[ch["id"]] = ch
+                            subs[len(subs) + 1] = ch["topic"]
+                            new.append({"id": len(subs), "channelId": ch["id"]})
+                        await ws.send(json.dumps({"op": "subscribe", "subscriptions": new}))
+                elif frame[0] == MESSAGE_DATA:
+                    sub, _log_time = struct.unpack_from("<IQ", frame, 1)
+                    got.setdefault(subs[sub], []).append(json.loads(frame[13:]))
+        except websockets.ConnectionClosed:
+            pass
+    return {ch["topic"]: ch for ch in channels.values()}, got
+
+
+def test_a_client_receives_the_advertised_channels_with_their_schemas_and_decodes_messages_of_each(
+        short_bag: Path) -> None:   # noqa: F811
+    env = {**os.environ, "ROS_DOMAIN_ID": "111", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "1",
+                             "--until", "1.5", "--foxglove", "0", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = None
+        for line in proc.stderr:   # the server is up before the stack is built: the client is there from the start
+            if "Foxglove live view on " in line:
+                url = line.rsplit(" ", 1)[-1].strip()
+                break
+        assert url is not None and url.startswith("ws://127.0.0.1:")
+        advertised, got = asyncio.run(asyncio.wait_for(watch(url, proc), 120))
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    doc = json.loads(out)
+    tasks = {t["name"]: t for t in doc["tasks"]}
+    assert {"/rt/safety", "/rt/live"} <= set(advertised)
+    for name in tasks:
+        assert {f"/rt/tasks/{name}/job", f"/rt/tasks/{name}/window"} <= set(advertised)
+    for topic, ch in advertised.items():
+        assert ch["encoding"] == "json" and ch["schemaEncoding"] == "jsonschema"
+        schema = json.loads(ch["schema"])
+        assert schema["type"] == "object" and ch["schemaName"] == schema["title"]
+        for msg in got.get(topic, ()):
+            assert set(schema["required"]) <= set(msg) <= set(schema["properties"]), topic
+    assert got["/rt/live"][-1]["dropped"] == 0 and got["/rt/live"][-1]["events"] > 0
+    for name, t in tasks.items():
+        jobs, windows = got[f"/rt/tasks/{name}/job"], got[f"/rt/tasks/{name}/window"]
+        assert windows[-1]["jobs"] == t["jobs"]   # every released job was folded and sent, the last at the end
+        assert windows[-1]["misses"] == t["misses"]
+        done = [j for j in jobs if j["response_ms"] is not None]
+        assert done and all(j["finish_ms"] >= j["start_ms"] >= j["release_ms"] for j in done)
+        assert all(j["response_ms"] == pytest.approx(j["finish_ms"] - j["release_ms"]) for j in done)
+        assert windows[-1]["max_ms"] >= windows[-1]["p50_ms"] > 0
+
+
+def test_without_a_client_the_output_digest_is_unchanged(short_bag: Path, capsys) -> None:  # noqa: F811
+    digests = []
+    for extra in ([], ["--foxglove", "0"]):
+        assert main(["replay", str(short_bag), "--until", "1", "--json", *extra]) == 0
+        digests.append(json.loads(capsys.readouterr().out)["output_digest"])
+    assert digests[0] == digests[1]
+
+
+def test_a_port_in_use_is_one_line(short_bag: Path, capsys) -> None:  # noqa: F811
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert main(["replay", str(short_bag), "--until", "0.2", "--foxglove", str(port)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--foxglove 127.0.0.1:{port}" in err[0] and "in use" in err[0], err
+
+
+def test_a_bad_endpoint_is_one_line(capsys) -> None:
+    assert main(["replay", "--foxglove", "host:port"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--foxglove: expected [HOST:]PORT" in err[0] and "'host:port'" in err[0], err
+
+
+def test_a_late_publish_and_a_skipped_job_are_each_one_job_message() -> None:
+    s = LiveState()
+    ms = 1_000_000
+    out = []
+    for ev in [(K.RELEASE, 0, "T", 0, 0, 0), (K.START, 1 * ms, "T", 0, 0, 0), (K.MISS, 5 * ms, "T", 0, 0, 1),
+               (K.FINISH, 7 * ms, "T", 0, 7 * ms, 0), (K.PUBLISH, 7 * ms, "T", 0, 1, 1),
+               (K.RELEASE, 10 * ms, "T", 1, 0, 0), (K.START, 10 * ms, "T", 1, 0, 0),
+               (K.FINISH, 12 * ms, "T", 1, 2 * ms, 0), (K.PUBLISH, 15 * ms, "T", 1, 1, 0)]:
+        out += s.fold(*ev)
+    jobs = [m for what, m in out if what == "job"]
+    assert [(j["job"], j["miss"], j["deadline_ms"], j["response_ms"]) for j in jobs] == [(0, True, 5.0, 7.0),
+                                                                                         (1, False, 15.0, 2.0)]
+    window = [m for what, m in out if what == "task"][-1]
+    assert (window["jobs"], window["misses"], window["max_ms"], window["slack_ms"], window["min_slack_ms"]) == \
+        (2, 1, 7.0, 3.0, -2.0)
