@@ -1,0 +1,97 @@
+"""What `replay --foxglove` costs: the built-in scenario's first ``RT_BENCH_LIVE_S`` seconds (default 5)
+replayed at ``--speed max`` (budget timing, one digest) without the live view (the anchor, measured in the
+same run), with it and no client, and with a Foxglove protocol client subscribed to every channel.
+
+Wall time of ``replay()`` per variant, the median of ``RT_BENCH_REPEATS`` (default 5) runs, interleaved so
+load on a shared machine hits every variant alike; the digest of each variant, and the events the view
+queued and dropped.
+
+Run: ``PYTHONPATH=. python bench/bench_live.py``
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import threading
+from typing import Any
+
+import websockets
+
+from rt_runtime.commands.replay import stack_for_bag
+from rt_runtime.live.foxglove import FoxgloveLive
+from rt_runtime.replay import replay
+from rt_runtime.replay.defaults import default_bag, default_config
+
+SECONDS = float(os.environ.get("RT_BENCH_LIVE_S", "5"))
+REPEATS = int(os.environ.get("RT_BENCH_REPEATS", "5"))
+
+
+def client(url: str, ready: threading.Event, counts: dict[str, int]) -> None:
+    """Subscribe to every channel as advertised and count the messages, until the server stops."""
+    async def go() -> None:
+        async with websockets.connect(url, subprotocols=["foxglove.sdk.v1"], max_size=None) as ws:
+            ready.set()
+            subs = 0
+            try:
+                async for frame in ws:
+                    if isinstance(frame, str):
+                        op = json.loads(frame)
+                        if op["op"] == "advertise":
+                            new = []
+                            for ch in op["channels"]:
+                                subs += 1
+                                new.append({"id": subs, "channelId": ch["id"]})
+                            await ws.send(json.dumps({"op": "subscribe", "subscriptions": new}))
+                    else:
+                        counts["messages"] = counts.get("messages", 0) + 1
+            except websockets.ConnectionClosed:
+                pass
+    asyncio.run(go())
+
+
+def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
+    """One replay: wall time, digest, the view's counts."""
+    live = FoxgloveLive("127.0.0.1", 0) if variant != "none" else None
+    counts: dict[str, int] = {}
+    th = None
+    if variant == "client":
+        ready = threading.Event()
+        th = threading.Thread(target=client, args=(live.url, ready, counts), daemon=True)   # type: ignore[union-attr]
+        th.start()
+        ready.wait(30)
+    r = replay(bag, cfg, until_s=SECONDS, listeners=[live] if live is not None else ())
+    if live is not None:
+        live.close()
+        counts.update(events=live.events, dropped=live.dropped)
+    if th is not None:
+        th.join(30)
+    return r.wall_s, r.output_digest, counts
+
+
+def main() -> None:
+    """Print the table."""
+    bag = default_bag()
+    cfg = stack_for_bag(default_config(), bag)
+    variants = ("none", "no client", "client")
+    walls: dict[str, list[float]] = {v: [] for v in variants}
+    info: dict[str, tuple[str, dict[str, int]]] = {}
+    once(bag, cfg, "none")   # warm: the first replay of the process pays imports and caches
+    for _ in range(REPEATS):
+        for v in variants:
+            wall, digest, counts = once(bag, cfg, v)
+            walls[v].append(wall)
+            info[v] = (digest, counts)
+    anchor = statistics.median(walls["none"])
+    print(f"built-in scenario, first {SECONDS:g} s at --speed max, median of {REPEATS} interleaved runs")
+    print(f"{'variant':<12} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} {'msgs':>7}")
+    for v in variants:
+        m = statistics.median(walls[v])
+        digest, c = info[v]
+        print(f"{v:<12} {m:>8.3f} {100 * (m / anchor - 1):>+7.1f}% {min(walls[v]):>7.3f} {digest[:16]:>18} {c.get('events', 0):>8} "
+              f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7}")
+
+
+if __name__ == "__main__":
+    main()
