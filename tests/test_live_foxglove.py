@@ -131,3 +131,23 @@ def test_a_late_publish_and_a_skipped_job_are_each_one_job_message() -> None:
     window = [m for what, m in out if what == "task"][-1]
     assert (window["jobs"], window["misses"], window["max_ms"], window["slack_ms"], window["min_slack_ms"]) == \
         (2, 1, 7.0, 3.0, -2.0)
+
+
+def test_a_safety_change_is_one_message_and_the_ops_are_not_folded() -> None:
+    s = LiveState()
+    assert s.fold(K.OP_START, 0, "T", 0, 0, 0) == [] and s.open == {}
+    assert s.fold(K.SAFETY, 2_000_000, "T", 0, 1, 3) == [
+        ("safety", {"t_ms": 2.0, "level": 1, "state": "degraded", "reason": "miss", "task": "T"})]
+
+
+def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
+    from rt_runtime.live.foxglove import FoxgloveLive
+
+    live = FoxgloveLive("127.0.0.1", 0, capacity=2)
+    live._stop.set()   # the server thread drains no more: the queue fills
+    live.thread.join()
+    for i in range(5):
+        live.emit(K.RELEASE, i, "T", i)
+    live.emit(K.OP_START, 0, "T", 0)   # not a kind the view folds: neither queued nor dropped
+    assert (len(live.queue), live.events, live.dropped) == (2, 2, 3)
+    live.server.stop()
