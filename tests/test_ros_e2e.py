@@ -140,11 +140,16 @@ def test_live_node_trajectories_bad_input_silence_and_a_clean_stop(short_bag, tm
         assert lidar()["bad"] == "0" and int(lidar()["nan_points"]) > 0
         def planning() -> dict[str, Any]:
             return latest(probe, "rt_runtime: task planning")
-        # Speculation ran and committed plans over DDS (how often depends on the odometry's arrival
-        # jitter here: docs/SAFETY.md); the trajectories above stayed on the LET grid regardless. A planner
-        # a loaded machine made miss runs its fallback, which does not speculate: then the run says so.
-        assert probe.spin_until(lambda: int(planning().get("speculation hits", 0)) >= 1
-                                or int(planning().get("missed", 0)) >= 1, timeout=5), planning()
+        # Speculation ran and was judged over DDS: a hit commits the plan, a miss (the odometry came
+        # other than predicted; how often depends on its arrival jitter here, docs/SAFETY.md) plans
+        # again; the trajectories above stayed on the LET grid regardless. A planner that a loaded machine
+        # made miss, or degraded for its inputs' misses, runs its fallback, which does not speculate: then
+        # the run says so. (Beside a hog, one run in ten stalled the LiDAR's first jobs and the planner
+        # ran degraded from the start, without a miss of its own.)
+        assert probe.spin_until(lambda: int(planning().get("speculation hits", 0))
+                                + int(planning().get("speculation misses", 0)) >= 1
+                                or int(planning().get("missed", 0)) >= 1
+                                or planning().get("message") == "degraded", timeout=5), planning()
         print("live speculation:", {k: v for k, v in planning().items() if k.startswith("speculation")})
 
         # Bad input on the node's own topics: counted, reported, and the node goes on.
