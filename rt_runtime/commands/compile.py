@@ -28,7 +28,7 @@ def _modes(text: str) -> tuple[str, ...]:
 
 def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
     """Register `compile` with its arguments."""
-    from ..exec.compile import REQUESTS
+    from ..exec.kernel import REQUESTS   # not exec.compile: that imports torch, for every command's --help
 
     p = subparsers.add_parser(
         name, help=help_text, description="Record the kernels each task's graph calls (a warm-up on synthetic "

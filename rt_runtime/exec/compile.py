@@ -32,10 +32,7 @@ from typing import Any, Callable
 import torch
 
 from . import cache
-from .kernel import MODES, SETUP_LOCK, Kernel, recording
-
-REQUESTS = ("auto", *MODES)
-"""What a stack may ask per task (``compile:``)."""
+from .kernel import MODES, REQUESTS, SETUP_LOCK, Kernel, recording  # noqa: F401 - REQUESTS re-exported
 JIT_OPTIONS: tuple[dict[str, Any] | None, ...] = ({"cpp_wrapper": True}, None)
 """Inductor's options ``jit`` tries in turn: its C++ wrapper (off the GIL), then its Python wrapper."""
 DEFAULT_JOBS = 6000

@@ -31,6 +31,9 @@ from typing import Any, Callable, Iterator
 
 MODES = ("eager", "jit", "aot")
 """What a kernel may run: its Python body, ``torch.compile`` (Inductor), an AOTInductor package."""
+REQUESTS = ("auto", *MODES)
+"""What a stack may ask per task (``compile:``): here, not in ``compile``, so the CLI and the stack file's
+checks read it without importing torch."""
 
 # Set-up swaps implementations; two set-ups at once would interleave their swaps.
 SETUP_LOCK = threading.RLock()

@@ -12,6 +12,7 @@ from typing import Any, Callable, Mapping
 from ..core.graph import Graph
 from ..core.op import Op
 from ..core.task import Task, TaskError
+from ..exec.kernel import REQUESTS
 from .meta import meta_inputs
 
 
@@ -52,9 +53,7 @@ class Join:
             raise ValueError("join: a window applies to 'all' and must not be negative")
 
 
-# What a task's ``compile:`` may ask: exec.compile.REQUESTS, spelled here so that reading a stack file does not
-# import torch (tests/test_kernels.py pins them equal).
-COMPILE_MODES = ("auto", "eager", "jit", "aot")
+COMPILE_MODES = REQUESTS   # what a task's ``compile:`` may ask (exec.kernel, which imports no torch)
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ class TaskBinding:
     # cost under budget timing and what the analysis charges for them (docs/SAFETY.md, "Degraded mode").
     fallback_wcet_ns: int | None = None
     publish: Publish | str = Publish.LET
-    compile: str | None = None                 # its kernels' mode (exec.compile.REQUESTS); None: the default
+    compile: str | None = None                 # its kernels' mode (exec.kernel.REQUESTS); None: the default
     worker: int | None = None                  # explicit partition; None: first-fit decreasing
     # Builds the primary graph's executor instead of a plain GraphExecutor (e.g. the time-redundant
     # ``rt_runtime.safety.RedundantExecutor``): called as ``executor(binding, device, owner=...,
