@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -16,6 +17,7 @@ DEFAULT_PORT = 8765   # Foxglove's own default (foxglove_bridge, the SDK)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CAPACITY = 1 << 16    # events queued before they are dropped (counted on /rt/live)
 PERIOD_S = 0.02       # how often the server thread drains the queue
+CLOSE_GRACE_S = 0.25  # how long close() leaves the SDK to send the last frames to a connected client
 
 
 class LiveError(Exception):
@@ -115,6 +117,11 @@ class FoxgloveLive:
         self._drain()
         self._send(self.state.close())
         self.live.log({"events": self.events, "dropped": self.dropped})
+        if self.live.has_sinks():
+            # The SDK has no flush: its writers send logged frames asynchronously and stop() drops what is
+            # still unsent (a client then missed the last window, 1 run in 5 on a loaded machine). A grace
+            # paid once, at the end, and only with a client connected.
+            time.sleep(CLOSE_GRACE_S)
         self.server.stop()
 
 
