@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -148,15 +148,16 @@ def _timing(timing: str | None, speed: str | float) -> str:
     return timing or "budget"
 
 
-def _live(endpoint: str | None) -> Any:
-    """``--foxglove``'s server, started (None without the flag); a bad value or a busy port: one line."""
+def _live(endpoint: str | None, tasks: Sequence[str]) -> Any:
+    """``--foxglove``'s server, started with the channels of ``tasks`` (None without the flag); a bad value or a
+    busy port: one line."""
     if endpoint is None:
         return None
     from ..cli import UsageError
     from ..live.foxglove import LiveError, start
 
     try:
-        return start(endpoint or None, "rt-runtime replay")
+        return start(endpoint or None, "rt-runtime replay", tasks)
     except LiveError as e:
         raise UsageError(str(e)) from None
 
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = stack_for_bag(config, bag, remap)
         if args.device:
             cfg = dataclasses.replace(cfg, device=args.device)
-        live = _live(getattr(args, "foxglove", None))
+        live = _live(getattr(args, "foxglove", None), [t.name for t in cfg.tasks])
         try:
             result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                             out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,

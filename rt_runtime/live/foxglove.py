@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Sequence
 
 from .state import JOB_SCHEMA, KINDS, LIVE_SCHEMA, SAFETY_SCHEMA, TASK_SCHEMA, LiveState
 
@@ -42,26 +42,31 @@ class FoxgloveLive:
 
     enabled = True   # an EventSink that FanoutSink keeps
 
-    def __init__(self, host: str = LOOPBACK[0], port: int = DEFAULT_PORT, capacity: int = CAPACITY) -> None:
+    def __init__(self, host: str = LOOPBACK[0], port: int = DEFAULT_PORT, capacity: int = CAPACITY,
+                 tasks: Sequence[str] = ()) -> None:
         try:
             import foxglove
         except ImportError:
             raise LiveError("--foxglove: needs the foxglove-sdk package (pip install 'rt_runtime[live]')") from None
         self.ctx = foxglove.Context()   # its own: these channels go to this server alone
+        self._foxglove = foxglove
+        self.channels: dict[tuple[str, str], Any] = {}
+        self.safety = self._channel("/rt/safety", SAFETY_SCHEMA)
+        self.live = self._channel("/rt/live", LIVE_SCHEMA)
+        # Before the server starts: a channel created while a client is connecting can be advertised before
+        # the SDK (0.30) knows it, and the client's subscription is refused ("Unknown channel ID", 1 run in 2
+        # beside a CPU hog): channels known now are in the handshake.
+        self.attach(tasks)
         try:
             self.server = foxglove.start_server(name="rt_runtime", host=host, port=port, context=self.ctx)
         except RuntimeError as e:
             why = str(e).split(": ", 1)[-1]
             raise LiveError(f"--foxglove {host}:{port}: cannot serve there: {why}") from None
         self.host, self.port = host, self.server.port
-        self._foxglove = foxglove
         self.capacity = capacity
         self.queue: deque[tuple[int, int, str, int, int, int]] = deque()
         self.events = self.dropped = 0
         self.state = LiveState()
-        self.channels: dict[tuple[str, str], Any] = {}
-        self.safety = self._channel("/rt/safety", SAFETY_SCHEMA)
-        self.live = self._channel("/rt/live", LIVE_SCHEMA)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="rt-foxglove", daemon=True)
         self.thread.start()
@@ -70,6 +75,13 @@ class FoxgloveLive:
     def url(self) -> str:
         """Where a Foxglove app connects."""
         return f"ws://{self.host}:{self.port}"
+
+    def attach(self, tasks: Sequence[str]) -> None:
+        """Advertise every task's channels before the run (``start``'s ``tasks`` are already advertised: the
+        rest now), so a client subscribed now receives the first jobs."""
+        for task in tasks:
+            self._task_channel("job", task)
+            self._task_channel("task", task)
 
     def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
         """Queue an event the view folds (on the scheduler's thread: an append, never a wait)."""
@@ -125,10 +137,11 @@ class FoxgloveLive:
         self.server.stop()
 
 
-def start(endpoint: str | None, who: str = "rt-runtime") -> FoxgloveLive:
-    """Start the live view at ``[HOST:]PORT`` and say where on stderr (and what a non-loopback host exposes)."""
+def start(endpoint: str | None, who: str = "rt-runtime", tasks: Sequence[str] = ()) -> FoxgloveLive:
+    """Start the live view at ``[HOST:]PORT`` with the channels of ``tasks`` and say where on stderr (and what
+    a non-loopback host exposes)."""
     host, port = parse_endpoint(endpoint)
-    live = FoxgloveLive(host, port)
+    live = FoxgloveLive(host, port, tasks=tasks)
     print(f"{who}: Foxglove live view on {live.url}", file=sys.stderr, flush=True)
     if host not in LOOPBACK:
         print(f"{who}: note: --foxglove {host}: the runtime's job timings, task names and safety level are served "

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 from ..bag import BagError, BagReader, open_bag
 from ..config.stack import IngressRoute, StackConfig
 from ..sched import CostModel
+from ..sched.events import Observer
 from ..sched.optimistic import Mispredicted
 from .feed import codec_problems
 from .feed_process import READERS, ProcessFeed, bag_bytes, reader_kind
@@ -46,7 +47,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
            speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
            replace: bool = False, stop: Callable[[], str | None] | None = None,
-           parallel: int | None = None, reader: str = "auto", listeners: Sequence[Any] = ()) -> ReplayResult:
+           parallel: int | None = None, reader: str = "auto", listeners: Sequence[Observer] = ()) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -68,8 +69,9 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     name once one arrived): the replay then ends after the message before, the output bag is closed
     readable and marked partial, the trace's metadata says ``"partial": true``, and
     ``ReplayResult.extra["interrupted"]`` names the signal.
-    ``listeners``: event sinks attached with ``Scheduler.listen(hot=True)`` (every event, the live view's
-    ``rt_runtime.live``); they observe and change nothing (a lost bet's rerun: they hear both runs).
+    ``listeners``: ``Observer``s (the live view, ``rt_runtime.live``), told the tasks once the stack is built,
+    then attached with ``Scheduler.listen(hot=True)`` (every event); they observe and change nothing (a lost
+    bet's rerun: they hear both runs).
     ``reader``: where the bag is read and decoded, ahead of the driver: ``"thread"`` (a thread here),
     ``"process"`` (a child process, off this process's GIL; it starts while the stack builds) or
     ``"auto"`` (the process where the replay reads ``feed_process.PROCESS_MIN_BYTES`` or more and the

@@ -21,7 +21,7 @@ from ..safety.degrade import STATES
 from ..sched import CostModel, Runtime, VirtualClock, WallClock
 from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
-from ..sched.events import EventKind
+from ..sched.events import EventKind, Observer
 from ..trace import TraceColumns, TraceRing, save_trace
 from .feed import FeedItem, decoded_feed, prefetched
 from .feed_process import ProcessFeed
@@ -77,7 +77,7 @@ class ReplayRun:
     def open(self, *, out: str | Path | None, out_format: str, replace: bool, speed: str | float,
              workers: int | None, timing: str, cost: CostModel | None, speculate: bool | None, hardware: bool,
              retain_channels: Sequence[str] | None, parallel: int | None, optimistic: bool = False,
-             listeners: Sequence[Any] = ()) -> None:
+             listeners: Sequence[Observer] = ()) -> None:
         """Build and warm the stack, then create the output bag (``replay``'s arguments of the same names)."""
         import torch
 
@@ -120,6 +120,7 @@ class ReplayRun:
             print(f"rt-runtime replay: {self.rt.describe_realtime()}", file=sys.stderr)
         self.monitor = stack.safety_monitor()
         for listener in listeners:   # after the monitor: it hears the monitor's SAFETY events too
+            listener.attach(sorted(self.rt.sched.tasks))
             self.rt.sched.listen(listener, hot=True)
         # Intra-op threads per computing thread: more only fight over the cores.
         torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))

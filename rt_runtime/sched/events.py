@@ -30,7 +30,7 @@ CHAIN      the predecessor's job index                 the member's place in its
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, Sequence, runtime_checkable
 
 
 class EventKind(IntEnum):
@@ -80,6 +80,14 @@ class EventSink(Protocol):
 
     def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
         """Record one event; called on the hot path, so keep it cheap and never block."""
+
+
+class Observer(EventSink, Protocol):
+    """An extension that watches every event of a run (the live view): told the run's tasks before the first."""
+
+    def attach(self, tasks: Sequence[str]) -> None:
+        """The names of the tasks whose events follow (a viewer advertises their channels now, not at the
+        first event, so a client that subscribes before the run starts misses nothing)."""
 
 
 class NullSink:
