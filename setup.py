@@ -40,6 +40,7 @@ setup(
             "ros-nav-msgs==5.5.1",
             "ros-visualization-msgs==5.5.1",
             "ros-diagnostic-msgs==5.5.1",
+            "ros-std-srvs==5.5.1",   # the player's ~/pause, ~/resume ... services (Trigger, SetBool)
         ],
         # owned CUDA priority streams (rt_runtime/device/cuda.py); cupy imports without a GPU
         "cuda": ["cupy-cuda13x>=14"],
