@@ -2,6 +2,10 @@
 policy, the watchdog's verdicts, the derived deadlines, and one clear line for each bad configuration."""
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +153,18 @@ def test_the_first_selecting_entry_gives_the_timing(tmp_path):
     assert cfg.timing(("planner",), "subscription", "/perception/objects").deadline_ns == 30 * MS
     assert cfg.timing(("fusion",), "subscription", "/perception/objects").rule == 2
     assert load_config(None).timing(("x",), "timer", 1).rule is None
+
+
+def test_the_executor_imports_without_torch_or_the_stack_schema():
+    # a drop-in executor is imported by nodes that never touch the runtime's graphs: torch (1.3 s) and the
+    # stack file's schema (the scheduler, the codecs) are not its to load; rclpy's own modules are
+    mods = "rt_runtime.ros.deadline" + (", rt_runtime.ros.deadline.executor, rt_runtime.trace"
+                                        if importlib.util.find_spec("rclpy") else "")
+    code = (f"import sys, {mods}; from rt_runtime.ros.deadline import load_config; "
+            "load_config({'callbacks': [{'node': 'n', 'timer': '10ms', 'budget': '2ms'}]}); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' "
+            "or m in ('rt_runtime.config.schema', 'rt_runtime.sched.runtime', 'rt_runtime.io'))[:5])")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)

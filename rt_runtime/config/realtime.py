@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.units import clip
-from .schema import REALTIME_KEYS
+from .basetypes import REALTIME_KEYS
 
 KEYS = REALTIME_KEYS   # the schema's model is the one list
 

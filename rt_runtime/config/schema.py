@@ -17,20 +17,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints
 
 from ..analysis.schedulability import POLICIES
 from ..core.task import CRITICALITIES
-from ..core.units import DURATION_RE
 from ..io import EGRESS_CODECS, INGRESS_CODECS
 from ..sched.binding import COMPILE_MODES, Publish, Reaction
 from ..sched.channel import ChannelPolicy
+from .basetypes import REALTIME_KEYS, Duration, Realtime, Ref, keys  # noqa: F401 - re-exported
+from .basetypes import Model as _Model
 
-# A duration with its unit, as ``core.units.parse_duration`` reads it ("10ms", "250us", "1.5s", "500ns").
-Duration = Annotated[str, StringConstraints(pattern=DURATION_RE.pattern)]
-# ``package.module:function``, as ``stack.resolve`` imports it.
-_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-Ref = Annotated[str, StringConstraints(pattern=rf"^{_IDENT}(\.{_IDENT})*:{_IDENT}$")]
 Names = dict[str, str]
 
 
@@ -53,10 +49,6 @@ class RuntimeKey:
 
 
 RUNTIME = RuntimeKey()
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 class Join(_Model):
@@ -329,17 +321,6 @@ class Safety(_Model):
     """Clean planning periods to step down."""
 
 
-class Realtime(_Model):
-    """SCHED_FIFO and CPU pinning of the runtime's workers."""
-
-    enabled: bool = True
-    """SCHED_FIFO and pinning where the OS permits."""
-    priority: Annotated[int, Field(ge=1, le=98)] = 50
-    """The workers' SCHED_FIFO priority (the timekeeper runs one above)."""
-    cpus: Annotated[list[int], Field(min_length=1)] | None = None
-    """CPUs the workers are pinned to, in turn (default: every CPU the process may use)."""
-
-
 class StackFile(_Model):
     """An rt_runtime stack file (config/stack.yaml): tasks, chains, channels, ingress, egress, safety."""
 
@@ -379,11 +360,6 @@ class StackFile(_Model):
     """SCHED_FIFO and pinning: true, false or {enabled, priority, cpus}."""
 
 
-def keys(model: type[BaseModel]) -> tuple[str, ...]:
-    """The model's keys, in declaration order."""
-    return tuple(model.model_fields)
-
-
 def task_keys(runtime: bool) -> tuple[str, ...]:
     """The task keys the analysis reads (``runtime=False``) or only the runtime does (``True``)."""
     return tuple(k for k, f in Task.model_fields.items() if any(m is RUNTIME for m in f.metadata) == runtime)
@@ -406,4 +382,3 @@ HYSTERESIS_KEYS = keys(Hysteresis)
 SAFETY_KEYS = keys(Safety)
 SPECULATE_KEYS = keys(Speculate)
 REDUNDANCY_KEYS = keys(Redundancy)
-REALTIME_KEYS = keys(Realtime)

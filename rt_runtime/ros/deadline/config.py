@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+# the torch-free pieces of the stack file's reading (config.basetypes): an executor must import quickly
+from ...config.basetypes import Duration, Model, Realtime, Ref, keys
+from ...config.fields import resolve
 from ...config.realtime import RealtimeSpec, parse_realtime
-from ...config.schema import Duration, Realtime, Ref, keys
-from ...config.stack import resolve
-from ...config.taskset import ConfigError, load_yaml, suggest
+from ...config.yamlfile import ConfigError, load_yaml, suggest
 from ...core.task import CRITICALITIES
 from ...core.units import DurationError, clip, parse_duration
 from .jobs import REACTIONS, Timing
@@ -39,13 +40,12 @@ SELECTORS = ("topic", "timer", "service", "client")
 SELECTOR_KIND = {"topic": "subscription", "timer": "timer", "service": "service", "client": "client"}
 DEFAULT_DEADLINE_NS = 100_000_000
 DEFAULT_POLL_NS = 100_000_000   # how long a queued message may go unseen by a wait while jobs run
+# The reactions in sched.binding.Reaction's order: typing's Literal compares as a set and pydantic reuses the
+# first one built, so if this file is imported first the stack schema would list them in this order
+_ON_MISS = Literal[tuple(sorted(REACTIONS, key=("skip", "abort", "degrade", "none").index))]  # type: ignore[misc]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
-
-
-class CallbackEntry(_Model):
+class CallbackEntry(Model):
     """The timing of the callbacks one entry selects."""
 
     node: str
@@ -68,7 +68,7 @@ class CallbackEntry(_Model):
     """Fixed priority for policy fp (smaller is more urgent)."""
     criticality: Literal[CRITICALITIES] | None = None  # type: ignore[valid-type]
     """low, medium, high or safety."""
-    on_miss: Literal[REACTIONS] | None = None  # type: ignore[valid-type]
+    on_miss: _ON_MISS | None = None  # type: ignore[valid-type]
     """none (count, trace), skip (the next release), abort (a job not started by its deadline), degrade."""
     on_overrun: Literal["none", "skip", "degrade"] | None = None
     """What an overrun owes the next release: none, skip, or degrade (the fallback runs instead)."""
@@ -76,7 +76,7 @@ class CallbackEntry(_Model):
     """``package.module:function`` called instead of the callback on a degraded release (same arguments)."""
 
 
-class ExecutorFile(_Model):
+class ExecutorFile(Model):
     """The DeadlineExecutor's configuration file."""
 
     policy: Literal[POLICIES] | None = None  # type: ignore[valid-type]
