@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from .device.base import Device, device_for, tensor_device
 from .exec.warmup import warm_up
 from .sched import CostModel, Runtime, TaskBinding
 from .sched.clock import Clock
-from .sched.events import EventSink
+from .sched.events import EventSink, Observer
 from .sched.scheduler import Egress
 
 
@@ -101,6 +101,15 @@ class StackRuntime:
         from .safety.monitor import SafetyMonitor
 
         return SafetyMonitor.from_spec(self.rt, self.cfg.safety).install()
+
+    def observe(self, observers: Sequence[Observer], stamp: Callable[[int], int] | None = None) -> list[Any]:
+        """Let ``observers`` (the live view) hear every event, after the safety monitor is installed (they hear
+        its SAFETY events too), told the tasks and ``stamp`` first; their egress taps (``on_output``), which
+        the caller's egress adapter calls with its host copy of each published value."""
+        for o in observers:
+            o.attach(sorted(self.rt.sched.tasks), stamp)
+            self.rt.sched.listen(o, hot=True)
+        return [o.on_output for o in observers if callable(getattr(o, "on_output", None))]
 
     def trace_meta(self, **extra: Any) -> dict[str, Any]:
         """What a saved trace says of the stack (ops, tasks, policy, workers), with ``extra`` keys."""

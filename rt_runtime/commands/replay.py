@@ -5,7 +5,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any, Sequence
+from typing import Any
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> argparse.ArgumentParser:
@@ -41,10 +41,40 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--expect", metavar="FILE", help="gates: YAML of dotted paths into the replay JSON and their "
                    "bounds, e.g. 'misses: {max: 0}'; exit 1 when one does not hold (docs/REPLAY.md, Fleet replay)")
     p.add_argument("--foxglove", nargs="?", const="", metavar="[HOST:]PORT",
-                   help="serve the runtime's state live (jobs, per-task response and slack, safety level) on a Foxglove "
-                        "websocket at 127.0.0.1:8765, or [HOST:]PORT (0: any free port); docs/ROS.md, Live view")
+                   help="serve the runtime's state live (jobs, per-task response and slack, safety level, degraded "
+                        "tasks, chain latencies, speculation, trajectory and objects) on a Foxglove websocket at "
+                        "127.0.0.1:8765, or [HOST:]PORT (0: any free port); docs/ROS.md, Live view")
+    add_live_flags(p)
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
+
+
+def add_live_flags(p: argparse.ArgumentParser) -> None:
+    """``--foxglove-hz`` and ``--foxglove-mcap`` (replay and run)."""
+    from . import args as A
+
+    p.add_argument("--foxglove-hz", type=A.float_range(0, 1000, low_open=True, what="a rate in Hz above 0, at most 1000"),
+                   default=10.0, metavar="HZ", help="trajectory and objects in the live view at most HZ per second "
+                   "of the runtime's time (default 10)")
+    p.add_argument("--foxglove-mcap", metavar="FILE", help="write the live view's channels into this new MCAP "
+                   "file (with or without --foxglove; Foxglove opens it); an interrupted run leaves it marked partial")
+
+
+def live_view(args: argparse.Namespace, cfg: Any, who: str) -> Any:
+    """``--foxglove`` / ``--foxglove-mcap``'s live view for stack ``cfg`` (None without either); a bad value, a busy
+    port or an output path that may not be written: one line (``UsageError``)."""
+    endpoint, mcap = getattr(args, "foxglove", None), getattr(args, "foxglove_mcap", None)
+    if endpoint is None and mcap is None:
+        return None
+    from ..cli import UsageError
+    from ..live.channels import LiveSpec
+    from ..live.foxglove import LiveError, start
+
+    try:
+        return start(endpoint or None, who, spec=LiveSpec.of(cfg, getattr(args, "foxglove_hz", 10.0)),
+                     serve=endpoint is not None, mcap=mcap, replace=bool(getattr(args, "force", False)))
+    except LiveError as e:
+        raise UsageError(str(e)) from None
 
 
 def result_json(r: Any) -> dict[str, Any]:
@@ -148,20 +178,6 @@ def _timing(timing: str | None, speed: str | float) -> str:
     return timing or "budget"
 
 
-def _live(endpoint: str | None, tasks: Sequence[str]) -> Any:
-    """``--foxglove``'s server, started with the channels of ``tasks`` (None without the flag); a bad value or a
-    busy port: one line."""
-    if endpoint is None:
-        return None
-    from ..cli import UsageError
-    from ..live.foxglove import LiveError, start
-
-    try:
-        return start(endpoint or None, "rt-runtime replay", tasks)
-    except LiveError as e:
-        raise UsageError(str(e)) from None
-
-
 def stack_for_bag(config: Any, bag: Any, remap: dict[str, str] | None = None) -> Any:
     """The stack as `replay` runs it on ``bag`` (``batch``'s workers too: one digest): the config with its
     remaps, calibrated from the bag's CameraInfo and /tf_static; notes on stderr."""
@@ -205,12 +221,16 @@ def run(args: argparse.Namespace) -> int:
             check_output(args.out, "--out", inputs, force=force, kind="bag")
         if args.trace:
             check_output(args.trace, "--trace", inputs, force=force)
-        check_distinct({"--out": args.out, "--trace": args.trace})
+        mcap = getattr(args, "foxglove_mcap", None)
+        if mcap:
+            check_output(mcap, "--foxglove-mcap", inputs, force=force)
+        check_distinct({"--out": args.out, "--trace": args.trace, "--foxglove-mcap": mcap})
         bounds = load_expect(args.expect) if args.expect else None
         cfg = stack_for_bag(config, bag, remap)
         if args.device:
             cfg = dataclasses.replace(cfg, device=args.device)
-        live = _live(getattr(args, "foxglove", None), [t.name for t in cfg.tasks])
+        live = live_view(args, cfg, "rt-runtime replay")
+        result = None
         try:
             result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                             out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
@@ -218,8 +238,10 @@ def run(args: argparse.Namespace) -> int:
                             timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
                             parallel=args.parallel, reader=args.reader, listeners=[live] if live is not None else ())
         finally:
-            if live is not None:
-                live.close()
+            if live is not None:   # an interrupted run (or a failed one) keeps its MCAP, marked partial
+                cut = result.extra.get("interrupted") if result is not None else None
+                live.close(partial="the replay failed" if result is None else
+                           f"interrupted by {cut} after {result.duration_s:.3f} s" if cut else None)
     except (ConfigError, ReplayError, BagError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     interrupted = result.extra.get("interrupted")
@@ -238,7 +260,8 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     if not interrupted:
         return 0 if gates is None or gates["passed"] else 1
-    kept = [f"{p} ({what}, marked partial)" for p, what in ((args.out, "bag"), (args.trace, "trace")) if p]
+    kept = [f"{p} ({what}, marked partial)" for p, what in ((args.out, "bag"), (args.trace, "trace"),
+                                                             (getattr(args, "foxglove_mcap", None), "MCAP")) if p]
     print(f"rt-runtime replay: interrupted by {interrupted}: replayed {result.duration_s:.2f} s of "
           f"{result.extra['bag_duration_s']:.2f} s of the bag; kept "
           + (", ".join(kept) if kept else "no files (no --out, no --trace)"), file=sys.stderr)

@@ -1,27 +1,37 @@
-"""`--foxglove [HOST:]PORT`: the live view served over Foxglove's websocket (the ``foxglove-sdk`` package).
+"""`--foxglove [HOST:]PORT` and `--foxglove-mcap FILE`: the live view served over Foxglove's websocket (the
+``foxglove-sdk`` package) and/or written into an MCAP file Foxglove opens.
 
 The adapter is a ``Scheduler.listen`` sink: ``emit`` (on the scheduler's thread) only appends the event to a
-bounded queue, or counts it dropped when the queue is full; a server thread drains the queue, folds the
-events (``live.state``) and logs the messages on JSON-schema channels, only those a client subscribed to."""
+bounded queue, or counts it dropped when the queue is full; ``output`` (the egress adapters' tap, after
+``live.outputs.OutputTap`` decimated it) does the same with an output group. A server thread drains both
+queues, folds the events (``live.state``, ``live.chains``), builds the outputs' Foxglove messages and logs
+them on their channels (``live.channels``): to the websocket only those a client subscribed to, to the MCAP
+file all of them."""
 from __future__ import annotations
 
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
-from .state import JOB_SCHEMA, KINDS, LIVE_SCHEMA, SAFETY_SCHEMA, TASK_SCHEMA, LiveState
+from .channels import Channels, LiveSpec
+from .chains import KINDS as CHAIN_KINDS
+from .chains import ChainFold
+from .outputs import DEFAULT_HZ, BUILD, OutputTap
+from .state import KINDS, LiveState
 
 DEFAULT_PORT = 8765   # Foxglove's own default (foxglove_bridge, the SDK)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CAPACITY = 1 << 16    # events queued before they are dropped (counted on /rt/live)
+OUT_CAPACITY = 64     # decimated output groups queued before they are dropped (counted on /rt/live)
 PERIOD_S = 0.02       # how often the server thread drains the queue
 CLOSE_GRACE_S = 0.25  # how long close() leaves the SDK to send the last frames to a connected client
 
 
 class LiveError(Exception):
-    """The live view cannot start (the flag's value, the port, the package): one line for the user."""
+    """The live view cannot start (the flag's value, the port, the package, the file): one line for the user."""
 
 
 def parse_endpoint(text: str | None) -> tuple[str, int]:
@@ -37,36 +47,49 @@ def parse_endpoint(text: str | None) -> tuple[str, int]:
 
 
 class FoxgloveLive:
-    """A Foxglove websocket server serving the runtime's state: ``/rt/tasks/<task>/job``, ``.../window``,
-    ``/rt/safety`` and ``/rt/live`` (the queue's counts); ``close`` sends what is left and stops it."""
+    """The runtime's state and decimated outputs on Foxglove channels (``live.channels`` lists them), served at
+    ``host:port`` (``serve=False``: no server) and written to ``mcap`` (None: no file); ``close`` sends what
+    is left, stops the server and finishes the file."""
 
     enabled = True   # an EventSink that FanoutSink keeps
 
     def __init__(self, host: str = LOOPBACK[0], port: int = DEFAULT_PORT, capacity: int = CAPACITY,
-                 tasks: Sequence[str] = ()) -> None:
+                 tasks: Sequence[str] = (), spec: LiveSpec | None = None, *, serve: bool = True,
+                 mcap: str | Path | None = None, replace: bool = False) -> None:
         try:
             import foxglove
         except ImportError:
-            raise LiveError("--foxglove: needs the foxglove-sdk package (pip install 'rt_runtime[live]')") from None
-        self.ctx = foxglove.Context()   # its own: these channels go to this server alone
-        self._foxglove = foxglove
-        self.channels: dict[tuple[str, str], Any] = {}
-        self.safety = self._channel("/rt/safety", SAFETY_SCHEMA)
-        self.live = self._channel("/rt/live", LIVE_SCHEMA)
+            flag = "--foxglove" if serve else "--foxglove-mcap"
+            raise LiveError(f"{flag}: needs the foxglove-sdk package (pip install 'rt_runtime[live]')") from None
+        spec = spec or LiveSpec(tasks=tuple(tasks))
+        self.spec = spec
+        self.ctx = foxglove.Context()   # its own: these channels go to this server and file alone
         # Before the server starts: a channel created while a client is connecting can be advertised before
         # the SDK (0.30) knows it, and the client's subscription is refused ("Unknown channel ID", 1 run in 2
         # beside a CPU hog): channels known now are in the handshake.
-        self.attach(tasks)
-        try:
-            self.server = foxglove.start_server(name="rt_runtime", host=host, port=port, context=self.ctx)
-        except RuntimeError as e:
-            why = str(e).split(": ", 1)[-1]
-            raise LiveError(f"--foxglove {host}:{port}: cannot serve there: {why}") from None
-        self.host, self.port = host, self.server.port
+        self.channels = Channels(foxglove, self.ctx, spec)
+        self.attach(spec.tasks)
+        self.mcap = self._open_mcap(foxglove, mcap, replace) if mcap is not None else None
+        self.server = None
+        self.host, self.port = host, port
+        if serve:
+            try:
+                self.server = foxglove.start_server(name="rt_runtime", host=host, port=port, context=self.ctx)
+            except RuntimeError as e:
+                self._discard_mcap()
+                why = str(e).split(": ", 1)[-1]
+                raise LiveError(f"--foxglove {host}:{port}: cannot serve there: {why}") from None
+            self.port = self.server.port
         self.capacity = capacity
         self.queue: deque[tuple[int, int, str, int, int, int]] = deque()
-        self.events = self.dropped = 0
+        self.outq: deque[tuple[str, str, int, Any]] = deque()
+        self.events = self.dropped = self.outputs = self.dropped_outputs = 0
         self.state = LiveState()
+        self.chains = ChainFold(spec.chains)
+        self.kinds = KINDS | CHAIN_KINDS if self.chains.chains else KINDS
+        self.tap = OutputTap(spec.routes, spec.hz, self.output) if spec.routes else None
+        self.stamp: Callable[[int], int] = lambda t: t   # the log time of a logical instant (``attach``)
+        self.last_t = 0
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="rt-foxglove", daemon=True)
         self.thread.start()
@@ -76,74 +99,127 @@ class FoxgloveLive:
         """Where a Foxglove app connects."""
         return f"ws://{self.host}:{self.port}"
 
-    def attach(self, tasks: Sequence[str]) -> None:
-        """Advertise every task's channels before the run (``start``'s ``tasks`` are already advertised: the
-        rest now), so a client subscribed now receives the first jobs."""
+    def attach(self, tasks: Sequence[str], stamp: Callable[[int], int] | None = None) -> None:
+        """Advertise every task's channels before the run (the spec's are already advertised: the rest now), so
+        a client subscribed now receives the first jobs; ``stamp``: the wall (or ROS) time in ns of a logical
+        instant, the messages' log time (the input bag's time in a replay: an MCAP lines up with it)."""
         for task in tasks:
-            self._task_channel("job", task)
-            self._task_channel("task", task)
+            self.channels.task("job", task)
+            self.channels.task("task", task)
+        if stamp is not None:
+            self.stamp = stamp
 
     def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
         """Queue an event the view folds (on the scheduler's thread: an append, never a wait)."""
-        if kind in KINDS:
+        if kind in self.kinds:
             if len(self.queue) < self.capacity:
                 self.queue.append((kind, t_ns, task, job_index, a, b))
                 self.events += 1
             else:
                 self.dropped += 1
 
-    def _channel(self, topic: str, schema: dict[str, Any]) -> Any:
-        return self._foxglove.Channel(topic, schema=schema, context=self.ctx)
+    def on_output(self, channel: str, t_ns: int, value: Any) -> None:
+        """The egress adapters' tap: an egress channel's host copy, decimated here before anything else."""
+        if self.tap is not None:
+            self.tap(channel, t_ns, value)
 
-    def _task_channel(self, what: str, task: str) -> Any:
-        ch = self.channels.get((what, task))
-        if ch is None:
-            name = "window" if what == "task" else what
-            ch = self.channels[(what, task)] = self._channel(f"/rt/tasks/{task}/{name}",
-                                                             JOB_SCHEMA if what == "job" else TASK_SCHEMA)
-        return ch
+    def output(self, topic: str, codec: str, t_ns: int, group: Any) -> None:
+        """Queue a decimated output group (an append, or counted dropped when the queue is full)."""
+        if len(self.outq) < OUT_CAPACITY:
+            self.outq.append((topic, codec, t_ns, group))
+            self.outputs += 1
+        else:
+            self.dropped_outputs += 1
 
-    def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+    def _open_mcap(self, foxglove: Any, path: str | Path, replace: bool) -> Any:
+        from ..outpaths import Staged
+
+        try:
+            self.staged = Staged(path, replace=replace)
+            return foxglove.open_mcap(self.staged.tmp, context=self.ctx)
+        except (OSError, RuntimeError) as e:
+            raise LiveError(f"--foxglove-mcap {path}: cannot write it: {e}") from None
+
+    def _discard_mcap(self) -> None:
+        if self.mcap is not None:
+            self.mcap.close()
+            self.staged.discard()
+            self.mcap = None
+
+    def _send(self, messages: list[tuple[str, dict[str, Any]]], t: int) -> None:
+        log_time = self.stamp(t)
         for what, msg in messages:
-            ch = self.safety if what == "safety" else self._task_channel(what, msg["task"])
+            ch = self.channels.of(what, msg)
             if ch.has_sinks():
-                ch.log(msg)
+                ch.log(msg, log_time=log_time)
 
     def _drain(self) -> None:
-        q, fold = self.queue, self.state.fold
+        q, fold, chains = self.queue, self.state.fold, self.chains.fold
         while q:
-            self._send(fold(*q.popleft()))
+            ev = q.popleft()
+            self._send(fold(*ev) + chains(*ev), ev[1])
+            self.last_t = ev[1]
+        oq, m = self.outq, self.channels.messages
+        while oq:
+            topic, codec, t, group = oq.popleft()
+            ch = self.channels.outputs[topic]
+            if ch.has_sinks():
+                stamp = self.stamp(t)
+                ch.log(BUILD[codec](m, group, stamp, self.spec.frame), log_time=stamp)
+
+    def counts(self) -> dict[str, int]:
+        """What /rt/live says: events and output groups queued and dropped."""
+        return {"events": self.events, "dropped": self.dropped, "outputs": self.outputs,
+                "dropped_outputs": self.dropped_outputs}
 
     def _serve(self) -> None:
+        live = self.channels.live
         while not self._stop.wait(PERIOD_S):
             self._drain()
-            if self.live.has_sinks():
-                self.live.log({"events": self.events, "dropped": self.dropped})
+            if live.has_sinks():
+                live.log(self.counts(), log_time=self.stamp(self.last_t))
 
-    def close(self) -> None:
-        """Send what is queued and the jobs still open, then stop the server (idempotent)."""
+    def close(self, partial: str | None = None) -> None:
+        """Send what is queued and the jobs still open, stop the server, finish the MCAP file (``partial``:
+        why the run ended early, written into its ``rt_runtime`` metadata record); idempotent."""
         if self._stop.is_set():
             return
         self._stop.set()
         self.thread.join()
         self._drain()
-        self._send(self.state.close())
-        self.live.log({"events": self.events, "dropped": self.dropped})
-        if self.live.has_sinks():
-            # The SDK has no flush: its writers send logged frames asynchronously and stop() drops what is
-            # still unsent (a client then missed the last window, 1 run in 5 on a loaded machine). A grace
-            # paid once, at the end, and only with a client connected.
-            time.sleep(CLOSE_GRACE_S)
-        self.server.stop()
+        self._send(self.state.close(), self.last_t)
+        self.channels.live.log(self.counts(), log_time=self.stamp(self.last_t))
+        if self.server is not None:
+            if self.channels.live.has_sinks():
+                # The SDK has no flush: its writers send logged frames asynchronously and stop() drops what is
+                # still unsent (a client then missed the last window, 1 run in 5 on a loaded machine). A grace
+                # paid once, at the end, and only with a client connected (or an MCAP file: a sink as well).
+                time.sleep(CLOSE_GRACE_S)
+            self.server.stop()
+        if self.mcap is not None:
+            self.mcap.write_metadata("rt_runtime", {"partial": "true" if partial else "false",
+                                                    "why": partial or "", **self.counts_text()})
+            self.mcap.close()
+            self.staged.commit()
+
+    def counts_text(self) -> dict[str, str]:
+        """``counts`` as MCAP metadata (strings)."""
+        return {k: str(v) for k, v in self.counts().items()}
 
 
-def start(endpoint: str | None, who: str = "rt-runtime", tasks: Sequence[str] = ()) -> FoxgloveLive:
-    """Start the live view at ``[HOST:]PORT`` with the channels of ``tasks`` and say where on stderr (and what
-    a non-loopback host exposes)."""
-    host, port = parse_endpoint(endpoint)
-    live = FoxgloveLive(host, port, tasks=tasks)
-    print(f"{who}: Foxglove live view on {live.url}", file=sys.stderr, flush=True)
-    if host not in LOOPBACK:
-        print(f"{who}: note: --foxglove {host}: the runtime's job timings, task names and safety level are served "
-              "without authentication to anyone who can reach this port", file=sys.stderr, flush=True)
+def start(endpoint: str | None, who: str = "rt-runtime", tasks: Sequence[str] = (), spec: LiveSpec | None = None,
+          *, serve: bool = True, mcap: str | Path | None = None, replace: bool = False) -> FoxgloveLive:
+    """Start the live view at ``[HOST:]PORT`` (``serve``) and/or into ``mcap`` with the channels of ``spec``
+    (or of ``tasks``) and say where on stderr (and what a non-loopback host exposes)."""
+    host, port = parse_endpoint(endpoint) if serve else (LOOPBACK[0], 0)
+    live = FoxgloveLive(host, port, tasks=tasks, spec=spec, serve=serve, mcap=mcap, replace=replace)
+    if serve:
+        print(f"{who}: Foxglove live view on {live.url}", file=sys.stderr, flush=True)
+        if host not in LOOPBACK:
+            print(f"{who}: note: --foxglove {host}: the runtime's job timings, task names, safety level and outputs "
+                  "(trajectory, objects) are served without authentication to anyone who can reach this port",
+                  file=sys.stderr, flush=True)
     return live
+
+
+__all__ = ["DEFAULT_HZ", "DEFAULT_PORT", "FoxgloveLive", "LiveError", "LiveSpec", "parse_endpoint", "start"]

@@ -1,4 +1,5 @@
-"""Scheduler events folded into the live view's messages: one per job, a task's sliding window, the safety level.
+"""Scheduler events folded into the live view's messages: one per job, a task's sliding window, the safety level
+with the degraded tasks, a task's mode changes and its speculation verdicts (chains: ``live.chains``).
 
 Pure: plain data in (the event tuples ``Scheduler.listen`` delivers), plain dicts out; no threads, no I/O.
 Times are the runtime's logical time in milliseconds since its start (virtual or wall clock)."""
@@ -35,14 +36,38 @@ TASK_SCHEMA: dict[str, Any] = {
                    "window": {"type": "integer"}, "p50_ms": _NUM, "p90_ms": _NUM, "p99_ms": _NUM, "max_ms": _NUM,
                    "slack_ms": _NUM, "min_slack_ms": _NUM},
     "required": ["task", "jobs", "misses", "window"]}
+_NAMES = {"type": "array", "items": {"type": "string"}}
 SAFETY_SCHEMA: dict[str, Any] = {
-    "title": "rt_runtime.Safety", "type": "object", "description": "The safety supervisor's level after a change",
+    "title": "rt_runtime.Safety", "type": "object",
+    "description": "The safety supervisor's level after a change, and the tasks running their fallback graph then",
     "properties": {"t_ms": {"type": "number"}, "level": {"type": "integer"}, "state": {"type": "string"},
-                   "reason": {"type": "string"}, "task": {"type": "string"}},
-    "required": ["t_ms", "level", "state"]}
+                   "reason": {"type": "string"}, "task": {"type": "string"}, "degraded": _NAMES},
+    "required": ["t_ms", "level", "state", "degraded"]}
+MODE_SCHEMA: dict[str, Any] = {
+    "title": "rt_runtime.Degraded", "type": "object",
+    "description": "A task switched to its fallback graph (degraded) or back (primary), with every task degraded "
+                   "after it and the safety level then",
+    "properties": {"t_ms": {"type": "number"}, "task": {"type": "string"}, "mode": {"enum": ["primary", "fallback"]},
+                   "degraded": _NAMES, "level": {"type": "integer"}, "state": {"type": "string"}},
+    "required": ["t_ms", "task", "mode", "degraded", "level", "state"]}
+SPEC_SCHEMA: dict[str, Any] = {
+    "title": "rt_runtime.Speculation", "type": "object",
+    "description": "A speculating task's verdict at a release: a hypothesis committed (hit) or every one missed, "
+                   "with the task's counts so far",
+    "properties": {"t_ms": {"type": "number"}, "task": {"type": "string"}, "job": {"type": "integer"},
+                   "hit": {"type": "boolean"}, "hits": {"type": "integer"}, "misses": {"type": "integer"},
+                   "hit_rate": {"type": "number"}},
+    "required": ["t_ms", "task", "job", "hit", "hits", "misses", "hit_rate"]}
 LIVE_SCHEMA: dict[str, Any] = {
-    "title": "rt_runtime.Live", "type": "object", "description": "The live view itself: events queued and dropped",
-    "properties": {"events": {"type": "integer"}, "dropped": {"type": "integer"}}, "required": ["events", "dropped"]}
+    "title": "rt_runtime.Live", "type": "object",
+    "description": "The live view itself: events and decimated output groups queued, and dropped (queue full)",
+    "properties": {"events": {"type": "integer"}, "dropped": {"type": "integer"}, "outputs": {"type": "integer"},
+                   "dropped_outputs": {"type": "integer"}},
+    "required": ["events", "dropped", "outputs", "dropped_outputs"]}
+
+
+def _state(level: int) -> str:
+    return STATES[level] if 0 <= level < len(STATES) else str(level)
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -58,6 +83,9 @@ class LiveState:
         self.window: dict[str, deque[tuple[float, float | None]]] = {}
         self.jobs: dict[str, int] = {}
         self.misses: dict[str, int] = {}
+        self.level = 0                          # the safety supervisor's, after its last change
+        self.degraded: dict[str, bool] = {}     # task -> on its fallback graph (REACTION's b: the mode after it)
+        self.spec: dict[str, list[int]] = {}    # task -> [hits, misses]
 
     def _job(self, task: str, index: int) -> dict[str, Any]:
         jobs = self.open.setdefault(task, {})
@@ -69,12 +97,17 @@ class LiveState:
         return j
 
     def fold(self, kind: int, t: int, task: str, index: int, a: int, b: int) -> list[tuple[str, dict[str, Any]]]:
-        """The messages (``("job" | "task" | "safety", message)``) event ``(kind, t, task, index, a, b)`` completes."""
+        """The messages (``("job" | "task" | "safety" | "mode" | "spec", message)``) event ``(kind, t, task, index,
+        a, b)`` completes."""
         if kind == K.SAFETY:
-            return [("safety", {"t_ms": t * MS, "level": a, "state": STATES[a] if 0 <= a < len(STATES) else str(a),
-                                "reason": REASONS[b] if 0 <= b < len(REASONS) else str(b), "task": task})]
+            self.level = a
+            return [("safety", {"t_ms": t * MS, "level": a, "state": _state(a),
+                                "reason": REASONS[b] if 0 <= b < len(REASONS) else str(b), "task": task,
+                                "degraded": self._degraded()})]
         if kind not in KINDS or (kind == K.DROP and a != DROP_OUTPUT):   # an input dropped: no job of it
             return []
+        if kind == K.REACTION:
+            return self._reaction(t, task, index, a, b)
         j = self._job(task, index)
         done = False
         if kind == K.RELEASE:
@@ -87,8 +120,6 @@ class LiveState:
             j["finish_ms"] = t * MS
         elif kind == K.MISS:
             j["miss"], j["deadline_ms"] = True, t * MS
-        elif kind == K.REACTION:
-            j["reaction"] = REACTIONS.get(a, str(a))
         elif kind == K.PUBLISH:
             if not b:   # published at its deadline (LET)
                 j["deadline_ms"] = t * MS
@@ -98,6 +129,24 @@ class LiveState:
         elif kind == K.DROP:   # its output dropped (skip, or late)
             done = True
         return self._close(task, index) if done else []
+
+    def _reaction(self, t: int, task: str, index: int, a: int, b: int) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
+        if index >= 0:   # -1: the task's, not a job's (a mode switch by the watchdog or the supervisor)
+            self._job(task, index)["reaction"] = REACTIONS.get(a, str(a))
+        if a in (REACT_SPEC_HIT, REACT_SPEC_MISS):
+            n = self.spec.setdefault(task, [0, 0])
+            n[a == REACT_SPEC_MISS] += 1
+            out.append(("spec", {"t_ms": t * MS, "task": task, "job": index, "hit": a == REACT_SPEC_HIT,
+                                 "hits": n[0], "misses": n[1], "hit_rate": n[0] / (n[0] + n[1])}))
+        if bool(b) != self.degraded.get(task, False):   # b: the task's mode after the reaction
+            self.degraded[task] = bool(b)
+            out.append(("mode", {"t_ms": t * MS, "task": task, "mode": "fallback" if b else "primary",
+                                 "degraded": self._degraded(), "level": self.level, "state": _state(self.level)}))
+        return out
+
+    def _degraded(self) -> list[str]:
+        return sorted(t for t, on in self.degraded.items() if on)
 
     def _flush_old(self, task: str, index: int) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []

@@ -71,6 +71,8 @@ class OutputCollector:
         # One writer thread keeps the order; None: encode in the caller's thread.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="rt-replay-egress") if background else None
         self._queued: deque[Future] = deque()
+        # observers' egress taps (the live view): each egress channel's copy below, as published
+        self.taps: list[Callable[[str, int, np.ndarray], None]] = []
 
     def attach(self, make: Callable[[], BagWriter], topics: Iterable[tuple[str, str]] = ()) -> BagWriter:
         """Create the output bag (``make``) on the writer thread and write into it from now on: ``topics``
@@ -121,6 +123,8 @@ class OutputCollector:
         kept = self.channels.get(channel)
         if channel in self.by_channel or kept is not None:
             value = host_copy(data)
+            for tap in self.taps:
+                tap(channel, t_ns, value)
             with self._lock:
                 if channel in self.by_channel:
                     self._pending[t_ns][channel] = value

@@ -119,9 +119,9 @@ class ReplayRun:
         if not virtual:   # say what "realtime" does here, before it does it
             print(f"rt-runtime replay: {self.rt.describe_realtime()}", file=sys.stderr)
         self.monitor = stack.safety_monitor()
-        for listener in listeners:   # after the monitor: it hears the monitor's SAFETY events too
-            listener.attach(sorted(self.rt.sched.tasks))
-            self.rt.sched.listen(listener, hot=True)
+        start_ns = self.bag.start_ns
+        # after the monitor: they hear its SAFETY events too; stamped as the output bag is (the input bag's time)
+        self.collector.taps = stack.observe(listeners, lambda t: start_ns + t)
         # Intra-op threads per computing thread: more only fight over the cores.
         torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
         stack.warm_up()

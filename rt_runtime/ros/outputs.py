@@ -47,6 +47,8 @@ class EgressPump:
         self.encode_max_ns = 0
         self._pending: dict[int, dict[str, np.ndarray]] = {}
         self._q: queue.SimpleQueue[tuple[EgressRoute, int, dict[str, np.ndarray]] | None] = queue.SimpleQueue()
+        # observers' egress taps (the live view): each egress channel's copy below, as published
+        self.taps: list[Callable[[str, int, np.ndarray], None]] = []
         self._thread = threading.Thread(target=self._run, name="rt-egress", daemon=True)
         self._thread.start()
 
@@ -59,7 +61,9 @@ class EgressPump:
         if not routes:
             return
         values = self._pending.setdefault(t_ns, {})
-        values[channel] = host_copy(data)
+        values[channel] = value = host_copy(data)
+        for tap in self.taps:
+            tap(channel, t_ns, value)
         for r in routes:
             chans = r.channels
             if all(c in values for c in chans.values()):

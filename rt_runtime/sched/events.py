@@ -30,7 +30,7 @@ CHAIN      the predecessor's job index                 the member's place in its
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import NamedTuple, Protocol, Sequence, runtime_checkable
+from typing import Callable, NamedTuple, Protocol, Sequence, runtime_checkable
 
 
 class EventKind(IntEnum):
@@ -83,11 +83,14 @@ class EventSink(Protocol):
 
 
 class Observer(EventSink, Protocol):
-    """An extension that watches every event of a run (the live view): told the run's tasks before the first."""
+    """An extension that watches every event of a run (the live view): told the run's tasks before the first.
+    One with an ``on_output(channel, t_ns, value)`` also gets each egress channel's host copy (the egress
+    adapter's own, not to be written to) as it is published."""
 
-    def attach(self, tasks: Sequence[str]) -> None:
+    def attach(self, tasks: Sequence[str], stamp: Callable[[int], int] | None = None) -> None:
         """The names of the tasks whose events follow (a viewer advertises their channels now, not at the
-        first event, so a client that subscribes before the run starts misses nothing)."""
+        first event, so a client that subscribes before the run starts misses nothing), and ``stamp``: the
+        wall or ROS time (ns) of a logical instant, as the run's outputs are stamped."""
 
 
 class NullSink:
