@@ -181,3 +181,49 @@ def test_step_and_wait_returns_once_the_loop_took_the_step() -> None:
     t.join()
     assert ctl.state.steps == 0 and C.position(ctl.state, 10 ** 18) == START + 7 * S
     assert not Controller(C.pause(fresh(), 0)).step_and_wait(0.05)   # nobody takes it: not published
+
+
+def test_keys_map_to_commands_and_a_rate_key_stops_at_the_range() -> None:
+    from rt_runtime.replay.keyboard import DOWN, LEFT, RIGHT, UP, command_for
+
+    pb = fresh()
+    assert command_for(" ", pb) == C.Command("toggle")
+    assert command_for("s", pb) == command_for(RIGHT, pb) == C.Command("step")
+    assert command_for("n", pb) == C.Command("period")
+    assert command_for("+", pb) == command_for(UP, pb) == C.Command("rate", 1.1)
+    assert command_for(DOWN, pb) == C.Command("rate", 1 / 1.1)
+    assert command_for("+", C.set_rate(pb, 0, 1000)) == C.Command("rate", 1000)
+    assert command_for("]", pb) == C.Command("seek_by", 5 * S)
+    assert command_for("[", pb) == command_for(LEFT, pb) == C.Command("seek_by", -5 * S)
+    assert command_for("x", pb) is None
+
+
+def test_the_keyboard_reads_a_terminal_and_gives_it_back_as_it_was() -> None:
+    import os
+    import pty
+    import termios
+
+    from rt_runtime.replay.keyboard import Keyboard
+
+    master, slave = pty.openpty()
+    try:
+        before = termios.tcgetattr(slave)
+        ctl = Controller(fresh())
+        said: list[str] = []
+        keys = Keyboard(ctl.command, lambda: ctl.state, said.append, fd=slave)
+        assert not termios.tcgetattr(slave)[3] & termios.ICANON          # keys one by one
+        os.write(master, b" s\x1b[C]")   # pause, step, step (an arrow key), seek 5 s on
+        end = time.monotonic() + 10
+        while ctl.state.seeks == 0 and time.monotonic() < end:
+            time.sleep(0.01)
+        assert ctl.state.paused and ctl.state.steps == 0 and ctl.state.seeks == 1   # the seek dropped the steps
+        os.write(master, b" s")          # resume, then a step while playing: refused, one line
+        end = time.monotonic() + 10
+        while not said and time.monotonic() < end:
+            time.sleep(0.01)
+        assert said == ["play_next: playback is not paused (pause first)"] and not ctl.state.paused
+        keys.close()
+        assert termios.tcgetattr(slave) == before
+    finally:
+        os.close(master)
+        os.close(slave)

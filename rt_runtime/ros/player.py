@@ -20,7 +20,9 @@ prepare_environment()   # before rclpy loads the RMW
 
 from rclpy.node import Node  # noqa: E402
 
-from ..bag import open_bag  # noqa: E402
+from ..bag import BagMessage, open_bag  # noqa: E402
+from ..replay import control as C  # noqa: E402
+from ..replay.controller import Controller  # noqa: E402
 from .msgtypes import output_qos, ros_class  # noqa: E402
 
 
@@ -40,14 +42,15 @@ class Player:
     """Publishes one bag on a node, in real time scaled by ``rate``."""
 
     def __init__(self, node: Node, bag: str | Path, *, rate: float = 1.0, clock: bool = False, loop: bool = False,
-                 topics: list[str] | None = None, clock_hz: float = 100.0) -> None:
+                 topics: list[str] | None = None, clock_hz: float = 100.0, paused: bool = False,
+                 period_s: float = 0.1) -> None:
         if not rate > 0:
             raise ValueError(f"--rate: expected a positive number, found {rate}")
         if clock_hz <= 0:
             raise ValueError(f"--clock-hz: expected a positive number, found {clock_hz}")
         self.node = node
         self.reader = open_bag(bag)
-        self.rate, self.loop, self.clock_period = float(rate), loop, 1.0 / clock_hz
+        self.loop, self.clock_period = loop, 1.0 / clock_hz
         self.stats = PlayStats()
         wanted = sorted(self.reader.topics) if not topics else topics
         unknown = sorted(set(wanted) - set(self.reader.topics))
@@ -62,6 +65,9 @@ class Player:
                 continue
             self.pubs[topic] = node.create_publisher(cls, topic, output_qos())
             self.stats.published[topic] = 0
+        # What pause, step, seek and rate change (the keyboard, the services, Foxglove): one core for all.
+        self.control = Controller(C.begin(self.reader.start_ns, self.reader.end_ns, time.monotonic_ns(), rate=rate,
+                                          paused=paused, period_ns=int(period_s * 1e9)))
         self.clock_pub = None
         if clock:
             self._Clock, self._Time = ros_class("rosgraph_msgs/msg/Clock"), ros_class("builtin_interfaces/msg/Time")
@@ -71,20 +77,6 @@ class Player:
         sec, nanosec = divmod(int(t_ns), 1_000_000_000)
         self.clock_pub.publish(self._Clock(clock=self._Time(sec=sec, nanosec=nanosec)))  # type: ignore[union-attr]
         self.stats.clock_ticks += 1
-
-    def _wait(self, wall_at: float, wall0: float, t_first: int, stop: threading.Event) -> bool:
-        """Sleep until ``wall_at``, ticking ``/clock`` meanwhile; False if stopped."""
-        while True:
-            now = time.monotonic()
-            if stop.is_set():
-                return False
-            if now >= wall_at:
-                return True
-            if self.clock_pub is not None:
-                self._tick(t_first + int((now - wall0) * self.rate * 1e9))
-                time.sleep(min(wall_at - now, self.clock_period))
-            else:
-                time.sleep(min(wall_at - now, 0.1))
 
     def wait_for_subscriber(self, timeout: float, stop: threading.Event, settle: float = 0.5) -> bool:
         """Wait up to ``timeout`` s until some topic has a reader, then ``settle`` s for the rest to match."""
@@ -96,29 +88,56 @@ class Player:
         time.sleep(settle)   # one participant's endpoints are matched together, give them a moment
         return True
 
+    def _publish(self, msg: BagMessage) -> None:
+        if self.clock_pub is not None:
+            self._tick(msg.t_ns)
+        raw = msg.raw_cdr
+        self.pubs[msg.topic].publish(raw if isinstance(raw, bytes) else bytes(raw))
+        self.stats.published[msg.topic] += 1
+
     def play(self, stop: threading.Event | None = None) -> PlayStats:
-        """Publish the bag (again and again with ``loop``) until its end or ``stop``."""
+        """Publish the bag (again and again with ``loop``) until its end or ``stop``, as ``control`` says: bag
+        time from wall time (paused: nothing goes out and ``/clock`` holds; a seek reads on from there and the
+        clock jumps; a step publishes the next message at once)."""
         stop = stop or threading.Event()
         start = time.monotonic()
-        topics = list(self.pubs)
-        t_first = self.reader.start_ns
+        ctl, topics = self.control, list(self.pubs)
+        ctl.update(lambda pb, now: C.arrive(pb, now, pb.anchor_bag_ns))   # bag time starts now, not at set-up
+        seeks, pending, messages = -1, None, iter(())
+        period_ns = int((self.clock_period if self.clock_pub is not None else 0.1) * 1e9)
         while not stop.is_set() and topics:
-            wall0 = time.monotonic()
-            for msg in self.reader.messages(topics=topics):
-                wall_at = wall0 + (msg.t_ns - t_first) / self.rate * 1e-9
-                if not self._wait(wall_at, wall0, t_first, stop):
+            pb = ctl.state
+            now = time.monotonic_ns()
+            if pb.seeks != seeks:   # the start, a seek, a loop: read on from bag time
+                seeks = pb.seeks
+                messages = self.reader.messages(topics=topics, start_ns=C.position(pb, now))
+                pending = next(messages, None)
+                if self.clock_pub is not None:
+                    self._tick(C.position(pb, now))   # the clock jumps, as rosbag2's
+            if pending is None:
+                self.stats.loops += 1
+                if not self.loop:
                     break
-                late = (time.monotonic() - wall_at) * 1e3
+                ctl.update(lambda pb, now: C.seek(pb, now, pb.start_ns))   # the clock jumps back
+                continue
+            if pb.paused:
+                if pb.steps and ctl.take_step(pending.t_ns):
+                    self._publish(pending)
+                    pending = next(messages, None)
+                    continue
+                wake = None
+            elif pending.t_ns <= C.position(pb, now):
+                late = (now - C.wall_at(pb, pending.t_ns)) / 1e6  # type: ignore[operator]
                 if late > self.stats.max_late_ms:
                     self.stats.max_late_ms = late
-                if self.clock_pub is not None:
-                    self._tick(msg.t_ns)
-                raw = msg.raw_cdr
-                self.pubs[msg.topic].publish(raw if isinstance(raw, bytes) else bytes(raw))
-                self.stats.published[msg.topic] += 1
-            self.stats.loops += 1
-            if not self.loop:
-                break
+                self._publish(pending)
+                pending = next(messages, None)
+                continue
+            else:
+                wake = C.wall_at(pb, pending.t_ns)
+            if self.clock_pub is not None:
+                self._tick(C.position(pb, now))   # held while paused
+            ctl.wait(min(period_ns, period_ns if wake is None else wake - now) / 1e9)
         self.stats.wall_s = time.monotonic() - start
         return self.stats
 
