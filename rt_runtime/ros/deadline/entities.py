@@ -4,13 +4,14 @@ from __future__ import annotations
 from typing import Any
 
 from rclpy.client import Client
+from rclpy.exceptions import InvalidHandle
 from rclpy.service import Service
 from rclpy.subscription import Subscription
 from rclpy.task import Future, Task
 from rclpy.timer import Timer
 
 from ...core.units import format_duration
-from .jobs import Job
+from .jobs import Callback, Job
 
 
 def describe(entity: Any) -> tuple[str, str | int | None, str]:
@@ -50,3 +51,20 @@ def awaits_pending(task: Task) -> bool:
     frame = getattr(obj, "gi_frame", None)
     fut = frame.f_locals.get("self") if frame is not None else None
     return isinstance(fut, Future) and not fut.done()
+
+
+def read_graph(cb: Callback, sub: Subscription, node: Any, now_ns: int) -> bool:
+    """Look at the publishers of a subscription's topic (``Callback.graph``): their count (one C call), and
+    when it changed their QoS deadlines (``get_publishers_info_by_topic``, tens of µs). True when the
+    period they advertise changed."""
+    try:
+        count = sub.get_publisher_count()
+    except InvalidHandle:
+        return False
+
+    def deadlines() -> list[int]:
+        try:
+            return [i.qos_profile.deadline.nanoseconds for i in node.get_publishers_info_by_topic(sub.topic_name)]
+        except (InvalidHandle, RuntimeError):   # the node is being destroyed: look again later
+            return []
+    return cb.graph(now_ns, count, deadlines)

@@ -38,7 +38,7 @@ from ...sched.events import REACT_ABORT, REACT_DEGRADE, REACT_NONE, REACT_SKIP
 from ...sched.events import EventKind as K
 from ...sched.policy import as_policy
 from .config import ExecutorConfig, load_config
-from .entities import awaits_pending, describe, drop
+from .entities import awaits_pending, describe, drop, read_graph
 from .jobs import Callback, Job, ReadyQueue, judge, late_at_start, rank
 from .waitset import wait_ready
 
@@ -123,6 +123,9 @@ class DeadlineExecutor(Executor):
         now = time.monotonic_ns()
         with self._cond:
             cb = self._callback(entity, node)
+            if cb.graph_due(now) and read_graph(cb, entity, node, now) and self.policy.fixed:
+                rank(self.policy, self._callbacks.values())   # the advertised period changed: RM/DM re-rank
+                self._queue.rekey()
             release = now
             if cb.kind == "timer":   # the timer's expiry, not when the wait noticed it
                 due = entity.time_until_next_call()

@@ -18,6 +18,8 @@ from ...sched.policy import Policy
 KINDS = ("timer", "subscription", "service", "client", "waitable", "guard", "task")
 REACTIONS = ("none", "skip", "abort", "degrade")   # the watchdog's names (sched.binding.Reaction)
 WINDOW = 32   # inter-arrival gaps remembered for a derived deadline: a rate change is followed within them
+GRAPH_NS = 1_000_000_000   # a subscription's publishers (their advertised periods) are looked at most this often
+_DAY_NS = 86_400 * 1_000_000_000   # a QoS deadline beyond a day is rmw's "infinite" (2**63 - 1 ns), no period
 _LOWEST = 1 << 30   # a callback without a priority under fp: after every numbered one
 
 
@@ -55,20 +57,49 @@ class Callback:
     errors: int = 0
     pending: str = "none"                   # the reaction owed to the next release: none, skip or degrade
     max_exec_ns: int = 0
+    graph_period_ns: int | None = None      # the tightest period the topic's publishers advertise (QoS deadline)
+    graph_at_ns: int | None = None          # when the graph was last looked at
+    graph_publishers: int = -1              # how many publishers it showed then (-1: never looked)
     _gaps: list[int] = field(default_factory=list)
     _last_arrival: int | None = None
     _min_gap: int | None = None
 
     @property
     def period(self) -> int | None:
-        """The period the analysis uses: configured, a timer's own, else the observed minimum inter-arrival."""
-        return self.timing.period_ns or self.period_ns or self._min_gap
+        """The period the analysis uses: configured, a timer's own, the publishers' advertised one, else the
+        observed minimum inter-arrival."""
+        return self.timing.period_ns or self.period_ns or self.graph_period_ns or self._min_gap
 
     @property
     def deadline_ns(self) -> int:
-        """Relative deadline: configured, else the period (a timer's, or the observed minimum inter-arrival),
-        else the default."""
+        """Relative deadline: configured, else the period (a timer's, the publishers' advertised one, or the
+        observed minimum inter-arrival), else the default."""
         return self.timing.deadline_ns or self.period or self.default_deadline_ns
+
+    @property
+    def deadline_from(self) -> str:
+        """Where the deadline comes from: config, period (configured), timer, graph, observed or default."""
+        if self.timing.deadline_ns:
+            return "config"
+        for source, value in (("period", self.timing.period_ns), ("timer", self.period_ns),
+                              ("graph", self.graph_period_ns), ("observed", self._min_gap)):
+            if value:
+                return source
+        return "default"
+
+    def graph_due(self, now_ns: int) -> bool:
+        """True when a subscription's publishers are to be looked at again (never yet, or ``GRAPH_NS`` ago)."""
+        return self.kind == "subscription" and (self.graph_at_ns is None or now_ns - self.graph_at_ns >= GRAPH_NS)
+
+    def graph(self, now_ns: int, publishers: int, deadlines: Callable[[], Iterable[int]] | None) -> bool:
+        """The graph looked at: ``publishers`` on the topic now, ``deadlines()`` their QoS deadlines (asked
+        only when the count changed). True when the advertised period changed."""
+        self.graph_at_ns = now_ns
+        if publishers == self.graph_publishers or deadlines is None:
+            return False
+        self.graph_publishers = publishers
+        before, self.graph_period_ns = self.graph_period_ns, advertised_period(deadlines())
+        return before != self.graph_period_ns
 
     @property
     def priority(self) -> int:
@@ -134,6 +165,13 @@ class Verdict:
     missed: bool
     overran: bool
     reaction: str
+
+
+def advertised_period(deadlines_ns: Iterable[int]) -> int | None:
+    """The period a topic's publishers advertise: the tightest finite QoS deadline among them (a publisher
+    with ``deadline=D`` promises a message at least every D), None when none sets one."""
+    finite = [d for d in deadlines_ns if 0 < d < _DAY_NS]
+    return min(finite) if finite else None
 
 
 def judge(job: Job, finish_ns: int, exec_ns: int) -> Verdict:

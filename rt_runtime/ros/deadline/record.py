@@ -27,4 +27,6 @@ def trace_meta(ex: Any) -> dict[str, Any]:
     return {"ops": {n: ["callback"] for n in tasks}, "policy": ex.policy.name, "workers": ex.workers,
             "clock": "wall", "live": True, "tasks_config": tasks,
             "deadline_executor": {"config": ex.config.source,
-                                  "derived": sorted(n for n, c in cbs.items() if c.timing.deadline_ns is None)}}
+                                  "derived": sorted(n for n, c in cbs.items() if c.timing.deadline_ns is None),
+                                  "deadline_from": {n: c.deadline_from for n, c in sorted(cbs.items())
+                                                    if c.kind != "task"}}}
