@@ -46,7 +46,9 @@ setup(
         "cuda": ["cupy-cuda13x>=14"],
         # `rt-runtime batch`: Dask distributed, the Parquet results store, the progress bar
         "fleet": ["dask>=2026.8.0", "distributed>=2026.8.0", "pyarrow>=26", "tqdm>=4.66"],
-        "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8", "websockets==17.4"],
+        "dev": ["pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100", "scipy>=1.11", "matplotlib>=3.8", "websockets==17.4",
+                # the live view's MCAP read back, its Foxglove (protobuf) messages decoded (tests/foxglove_client.py)
+                "mcap==1.6.0", "protobuf==7.36.2"],
     },
     zip_safe=True,
     entry_points={"console_scripts": ["rt-runtime = rt_runtime.cli:main"]},

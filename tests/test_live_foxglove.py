@@ -17,44 +17,11 @@ from rt_runtime.cli import main
 from rt_runtime.live.state import LiveState
 from rt_runtime.sched.events import EventKind as K
 
+from foxglove_client import watch
 from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 websockets = pytest.importorskip("websockets")
 pytest.importorskip("foxglove")
-
-SUBPROTOCOL = "foxglove.sdk.v1"
-MESSAGE_DATA = 0x01   # binary opcode: subscription id (u32), log time (u64), payload
-
-
-async def watch(url: str, proc: subprocess.Popen) -> tuple[dict[str, dict], dict[str, list[dict]]]:
-    """Subscribe to every channel as it is advertised; the messages of each, decoded, until the server stops."""
-    channels: dict[int, dict] = {}
-    subs: dict[int, str] = {}
-    chan_of: dict[int, int] = {}   # subscription id -> channel id
-    got: dict[str, list[dict]] = {}
-    async with websockets.connect(url, subprotocols=[SUBPROTOCOL], max_size=None) as ws:
-        assert ws.subprotocol == SUBPROTOCOL
-        try:
-            async for frame in ws:
-                if isinstance(frame, str):
-                    op = json.loads(frame)
-                    if op["op"] == "advertise":
-                        new = []
-                        for ch in op["channels"]:
-                            channels[ch["id"]] = ch
-                            subs[len(subs) + 1] = ch["topic"]
-                            chan_of[len(subs)] = ch["id"]
-                            new.append({"id": len(subs), "channelId": ch["id"]})
-                        await ws.send(json.dumps({"op": "subscribe", "subscriptions": new}))
-                elif frame[0] == MESSAGE_DATA:
-                    sub, _log_time = struct.unpack_from("<IQ", frame, 1)
-                    ch = channels[chan_of[sub]]
-                    got.setdefault(subs[sub], []).append(json.loads(frame[13:]) if ch["encoding"] == "json"
-                                                         else bytes(frame[13:]))
-        except websockets.ConnectionClosed:
-            pass
-    return {ch["topic"]: ch for ch in channels.values()}, got
-
 
 def test_a_client_receives_the_advertised_channels_with_their_schemas_and_decodes_messages_of_each(
         short_bag: Path) -> None:   # noqa: F811
@@ -69,7 +36,7 @@ def test_a_client_receives_the_advertised_channels_with_their_schemas_and_decode
                 url = line.rsplit(" ", 1)[-1].strip()
                 break
         assert url is not None and url.startswith("ws://127.0.0.1:")
-        advertised, got = asyncio.run(asyncio.wait_for(watch(url, proc), 120))
+        advertised, got, _ = asyncio.run(asyncio.wait_for(watch(url), 120))
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()

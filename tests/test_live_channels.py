@@ -1,0 +1,207 @@
+"""The live view's channels beyond jobs and windows (issue 31): chain latencies, speculation, degraded tasks,
+trajectory and objects in Foxglove's schemas, and `--foxglove-mcap FILE`: read back with the ``mcap`` reader
+and checked against the run's own JSON and `analyze`'s chains; the folds themselves, pure."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rt_runtime.cli import main
+from rt_runtime.live.chains import ChainFold
+from rt_runtime.live.outputs import OutputTap
+from rt_runtime.live.state import LiveState
+from rt_runtime.sched.events import REACT_DEGRADE, REACT_RECOVER, REACT_SPEC_HIT, REACT_SPEC_MISS
+from rt_runtime.sched.events import EventKind as K
+
+from foxglove_client import read_mcap
+from replay_fixtures import short_bag  # noqa: F401 - a fixture
+
+pytest.importorskip("foxglove")
+pytest.importorskip("mcap")
+pytest.importorskip("google.protobuf")
+
+MS = 1_000_000
+ENV = {**os.environ, "ROS_DOMAIN_ID": "158", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
+
+
+def test_replay_mcap_holds_every_channel_with_its_schema_and_counts_that_match_the_run(short_bag: Path, tmp_path,
+                                                                                        capsys) -> None:  # noqa: F811
+    mcap, trace = tmp_path / "live.mcap", tmp_path / "run.rttrace"
+    args = ["replay", str(short_bag), "--until", "2", "--speculate", "--json"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main([*args, "--foxglove-mcap", str(mcap), "--foxglove-hz", "5", "--trace", str(trace)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["output_digest"] == plain["output_digest"]   # the view changes nothing the stack publishes
+    assert main(["analyze", str(trace), "--json"]) == 0
+    chains = {c["name"]: c for c in json.loads(capsys.readouterr().out)["chains"]}
+
+    channels, got, meta = read_mcap(mcap)
+    assert meta["rt_runtime"]["partial"] == "false" and meta["rt_runtime"]["dropped"] == "0"
+    assert not list(tmp_path.glob(".live.mcap.*"))   # the staging folder went with the rename
+    for topic, (schema, encoding) in channels.items():
+        if topic.startswith("/rt/out/"):
+            assert encoding == "protobuf" and schema.startswith("foxglove."), topic
+        else:
+            assert encoding == "json" and schema.startswith("rt_runtime."), topic
+    for t in doc["tasks"]:   # every job folded and written, the window's counts the run's
+        jobs, windows = got[f"/rt/tasks/{t['name']}/job"], got[f"/rt/tasks/{t['name']}/window"]
+        assert len(jobs) == t["jobs"] and windows[-1]["jobs"] == t["jobs"] and windows[-1]["misses"] == t["misses"]
+
+    # Chain latencies: one message per output of the chain's last task, as `analyze` walks the trace back.
+    assert set(chains) and {f"/rt/chains/{n}" for n in chains} <= set(channels)
+    for name, c in chains.items():
+        msgs = got[f"/rt/chains/{name}"]
+        assert len(msgs) == c["outputs"] and msgs[-1]["outputs"] == c["outputs"], name
+        assert max(m["age_ms"] for m in msgs) == pytest.approx(c["data_age_ms"]["max"])
+        assert max(m["finished_ms"] for m in msgs) == pytest.approx(c["finished_ms"]["max"], abs=0.01)
+        assert all(m["age_ms"] == pytest.approx(m["publish_ms"] - m["origin_ms"]) for m in msgs)
+
+    # Speculation: every verdict, the counts the run reports.
+    spec = doc["speculation"]["planning"]
+    verdicts = got.get("/rt/speculation", [])
+    assert spec["hits"] + spec["misses"] > 0
+    assert (sum(m["hit"] for m in verdicts), sum(not m["hit"] for m in verdicts)) == (spec["hits"], spec["misses"])
+
+    # Outputs: decimated to 5 Hz of logical time from the 10 Hz planner, drawn in Foxglove's schemas.
+    assert channels["/rt/out/planning/trajectory"] == ("foxglove.PosesInFrame", "protobuf")
+    assert channels["/rt/out/perception/objects"] == ("foxglove.SceneUpdate", "protobuf")
+    paths = got["/rt/out/planning/trajectory"]
+    assert len(paths) == math.ceil(doc["outputs"]["/planning/trajectory"] / 2), len(paths)
+    assert all(p.frame_id == "map" and len(p.poses) > 1 for p in paths)
+    scenes = got["/rt/out/perception/objects"]
+    assert len(scenes) == math.ceil(doc["outputs"]["/perception/objects"] / 2)
+    assert all(len(s.deletions) == 1 for s in scenes) and any(s.entities for s in scenes)
+    assert all(e.frame_id == "map" and len(e.cubes) == 1 for s in scenes for e in s.entities)
+    live = got["/rt/live"][-1]
+    assert live["dropped"] == live["dropped_outputs"] == 0 and live["outputs"] == len(paths) + len(scenes)
+
+
+def test_an_interrupted_replay_leaves_its_mcap_readable_and_marked_partial(short_bag: Path, tmp_path) -> None:  # noqa: F811
+    mcap = tmp_path / "cut.mcap"
+    proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "1",
+                             "--foxglove-mcap", str(mcap)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=ENV)
+    try:
+        for line in proc.stderr:   # the wall clock's note comes once the stack is built: the run starts now
+            if "realtime" in line:
+                break
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert f"{mcap} (MCAP, marked partial)" in err
+    channels, got, meta = read_mcap(mcap)
+    assert meta["rt_runtime"]["partial"] == "true" and "SIGINT" in meta["rt_runtime"]["why"]
+    assert got["/rt/tasks/planning/job"] and "/rt/live" in channels
+
+
+def test_an_mcap_over_an_input_or_an_existing_file_is_one_line(short_bag: Path, tmp_path, capsys) -> None:  # noqa: F811
+    there = tmp_path / "there.mcap"
+    there.write_bytes(b"keep")
+    for path, why in ((short_bag, "outputs never"), (there, "exists already")):
+        assert main(["replay", str(short_bag), "--until", "0.2", "--foxglove-mcap", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--foxglove-mcap" in err[0] and why in err[0], err
+    assert there.read_bytes() == b"keep"
+    assert main(["replay", str(short_bag), "--foxglove-hz", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--foxglove-hz" in err[0] and "'0'" in err[0], err
+
+
+# ---- the folds, pure ---------------------------------------------------------------------------------------
+
+def fold_all(fold, events) -> list:
+    out = []
+    for ev in events:
+        out += fold(*ev)
+    return out
+
+
+def test_a_run_time_chain_member_reads_its_predecessors_job_and_a_free_one_the_last_publish() -> None:
+    # chain A -> B -> C; B and C in a run-time chain of 50 ms (CHAIN events), A on its own (LET hand-over).
+    f = ChainFold([("abc", ("A", "B", "C"), None), ("bc", ("B", "C"), 50 * MS)])
+    out = fold_all(f.fold, [
+        (K.RELEASE, 0, "A", 0, 0, 0), (K.FINISH, 4 * MS, "A", 0, 0, 0), (K.PUBLISH, 10 * MS, "A", 0, 1, 0),
+        (K.RELEASE, 20 * MS, "A", 1, 0, 0),
+        (K.RELEASE, 30 * MS, "B", 0, 0, 0),                       # reads A's job 0 (published at 10 ms)
+        (K.FINISH, 34 * MS, "B", 0, 0, 0), (K.PUBLISH, 30 * MS + 50 * MS, "A", 1, 1, 0),
+        (K.RELEASE, 34 * MS, "C", 0, 0, 2), (K.CHAIN, 34 * MS, "C", 0, 0, 1),   # released by B's finish
+        (K.FINISH, 41 * MS, "C", 0, 0, 0),
+        (K.PUBLISH, 80 * MS, "B", 0, 1, 0), (K.PUBLISH, 80 * MS, "C", 0, 1, 0)])
+    msgs = {m["chain"]: m for _, m in out}
+    assert set(msgs) == {"abc", "bc"}
+    assert (msgs["abc"]["origin_ms"], msgs["abc"]["age_ms"], msgs["abc"]["finished_ms"]) == (0.0, 80.0, 41.0)
+    assert msgs["abc"]["deadline_ms"] is None and not msgs["abc"]["miss"]
+    assert (msgs["bc"]["origin_ms"], msgs["bc"]["age_ms"], msgs["bc"]["deadline_ms"]) == (30.0, 50.0, 80.0)
+    assert msgs["bc"]["finished_ms"] == pytest.approx(11.0) and not msgs["bc"]["miss"]
+
+
+def test_a_chain_output_without_data_from_the_head_and_a_dropped_one_send_nothing() -> None:
+    f = ChainFold([("ab", ("A", "B"), None)])
+    assert fold_all(f.fold, [(K.RELEASE, 0, "B", 0, 0, 0), (K.PUBLISH, 10 * MS, "B", 0, 1, 0)]) == []   # A not yet
+    out = fold_all(f.fold, [(K.RELEASE, 20 * MS, "A", 0, 0, 0), (K.PUBLISH, 30 * MS, "A", 0, 1, 0),
+                            (K.RELEASE, 40 * MS, "B", 1, 0, 0), (K.DROP, 45 * MS, "B", 1, 4, 1),
+                            (K.PUBLISH, 50 * MS, "B", 1, 1, 0), (K.OP_START, 0, "B", 2, 0, 0)])
+    assert out == []
+
+
+def test_degraded_tasks_follow_the_mode_each_reaction_leaves_and_the_safety_level_carries_them() -> None:
+    s = LiveState()
+    out = fold_all(s.fold, [(K.REACTION, 5 * MS, "plan", -1, REACT_DEGRADE, 1),
+                            (K.SAFETY, 5 * MS, "plan", 0, 1, 3),
+                            (K.REACTION, 6 * MS, "fuse", 3, 1, 1),     # a skip that left it on its fallback
+                            (K.REACTION, 7 * MS, "fuse", 4, 1, 1),     # no change: no message
+                            (K.REACTION, 9 * MS, "plan", -1, REACT_RECOVER, 0)])
+    modes = [m for what, m in out if what == "mode"]
+    assert [(m["task"], m["mode"], m["degraded"]) for m in modes] == [
+        ("plan", "fallback", ["plan"]), ("fuse", "fallback", ["fuse", "plan"]), ("plan", "primary", ["fuse"])]
+    assert (modes[-1]["level"], modes[-1]["state"]) == (1, "degraded")
+    assert [m["degraded"] for what, m in out if what == "safety"] == [["plan"]]
+    assert -1 not in s.open.get("plan", {})   # a task's reaction is no job of it
+
+
+def test_speculation_verdicts_count_hits_and_misses() -> None:
+    s = LiveState()
+    out = fold_all(s.fold, [(K.REACTION, 0, "plan", 1, REACT_SPEC_HIT, 0), (K.REACTION, 1, "plan", 2, REACT_SPEC_MISS, 0),
+                            (K.REACTION, 2, "plan", 3, REACT_SPEC_HIT, 0)])
+    spec = [m for what, m in out if what == "spec"]
+    assert [(m["job"], m["hit"], m["hits"], m["misses"]) for m in spec] == [(1, True, 1, 0), (2, False, 1, 1),
+                                                                           (3, True, 2, 1)]
+    assert spec[-1]["hit_rate"] == pytest.approx(2 / 3)
+    assert s.open["plan"][3]["reaction"] == "spec_hit"
+
+
+class Route:
+    def __init__(self, topic: str, codec: str, channels: dict[str, str]) -> None:
+        self.topic, self.codec, self.channels = topic, codec, channels
+
+
+def test_outputs_are_decimated_per_route_before_anything_is_kept() -> None:
+    kept = []
+    tap = OutputTap([Route("/traj", "path", {"trajectory": "plan/t"}),
+                     Route("/obj", "markers", {"tracks": "f/t", "count": "f/c"}),
+                     Route("/other", "diagnostics", {"x": "x"})], 4.0, lambda *a: kept.append(a))
+    tracks, count = np.zeros((2, 12)), np.array([1])
+    for i in range(10):   # 10 Hz of logical time, 4 Hz wanted: at 0, 300, 600, 900 ms
+        t = i * 100 * MS
+        tap("plan/t", t, np.ones((3, 5)))
+        tap("f/t", t, tracks)
+        if i != 3:   # the objects' count missing at 300 ms: that group is incomplete, the next one is kept
+            tap("f/c", t, count)
+        tap("x", t, count)
+    assert [(topic, t // MS) for topic, _, t, _ in kept if topic == "/traj"] == [("/traj", 0), ("/traj", 300),
+                                                                                 ("/traj", 600), ("/traj", 900)]
+    assert [t // MS for topic, _, t, _ in kept if topic == "/obj"] == [0, 400, 700]
+    assert all(g["tracks"] is tracks and g["count"] is count for topic, _, _, g in kept if topic == "/obj")   # no copy
