@@ -28,6 +28,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--stale-after", metavar="DURATION", type=A.duration_text, help="an input silent this long is stale (default 500ms)")
     p.add_argument("--degrade-on-stale", action="append", default=[], metavar="TOPIC",
                    help="while this input is stale, run every task that has one on its fallback graph")
+    p.add_argument("--foxglove", nargs="?", const="", metavar="[HOST:]PORT",
+                   help="serve the runtime's state live (jobs, per-task response and slack, safety level, degraded "
+                        "tasks, chain latencies, speculation, trajectory and objects) on a Foxglove websocket at "
+                        "127.0.0.1:8765, or [HOST:]PORT (0: any free port); docs/ROS.md, Live view")
+    from .replay import add_live_flags
+
+    add_live_flags(p)
     p.add_argument("--ros-args", nargs=argparse.REMAINDER, dest="ros_args", default=None,
                    help="everything after this goes to ROS (remapping -r, parameters -p, ...)")
     return p
@@ -35,6 +42,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
 
 def _parameters(args: argparse.Namespace) -> list[Any]:
     from rclpy.parameter import Parameter
+
+    from ..live.foxglove import parse_endpoint
 
     out = []
     for name, value in (("config", args.config), ("trace", args.trace), ("stale_after", args.stale_after)):
@@ -45,6 +54,13 @@ def _parameters(args: argparse.Namespace) -> list[Any]:
     for name, value in arrays:
         if value:
             out.append(Parameter(name, Parameter.Type.STRING_ARRAY, list(value)))
+    if args.foxglove is not None:   # checked by ``run``: HOST:PORT
+        host, port = parse_endpoint(args.foxglove or None)
+        out.append(Parameter("foxglove", Parameter.Type.STRING, f"[{host}]:{port}" if ":" in host else f"{host}:{port}"))
+    if args.foxglove_mcap:
+        out.append(Parameter("foxglove_mcap", Parameter.Type.STRING, str(args.foxglove_mcap)))
+    if args.foxglove_hz != 10.0:
+        out.append(Parameter("foxglove_hz", Parameter.Type.DOUBLE, float(args.foxglove_hz)))
     if args.workers is not None:
         out.append(Parameter("workers", Parameter.Type.INTEGER, int(args.workers)))
     if args.realtime:
@@ -74,6 +90,18 @@ def run(args: argparse.Namespace) -> int:
     for path, what in ((args.config, "--config"), (args.params_file, "--params-file")):
         if path and not Path(path).is_file():
             raise UsageError(f"{what}: {path}: no such file")
+    if args.foxglove is not None or args.foxglove_mcap:
+        from ..live.foxglove import LiveError, parse_endpoint
+        from ..outpaths import OutputPathError, check_output
+
+        try:
+            if args.foxglove is not None:
+                parse_endpoint(args.foxglove or None)
+            if args.foxglove_mcap:
+                check_output(args.foxglove_mcap, "--foxglove-mcap", {"config": args.config, "trace": args.trace,
+                                                                     "params file": args.params_file})
+        except (LiveError, OutputPathError) as e:
+            raise UsageError(str(e)) from None
     try:
         from ..ros.node import run_node
     except ImportError as e:

@@ -99,6 +99,9 @@ class LiveRuntime:
         self.stack.push_initial()
         # The degrade supervisor; its calls run under the scheduler's lock.
         self.monitor = self.stack.safety_monitor()
+        self.live = self._live_view(p)
+        if self.live is not None:   # after the monitor (its SAFETY events too); stamped as the outputs are
+            self.pump.taps = self.stack.observe([self.live], self._stamp)
         self.ingress = Ingress(cfg.ingress, self.driver, self.stack.to_tensor, stale_after_ns=stale_ns,
                                monitor=self.monitor)
         self.max_deadline_ns = max(b.task.deadline for b in bindings)
@@ -130,6 +133,24 @@ class LiveRuntime:
             except Exception:  # noqa: BLE001 - a warm-up only; the live path reports its own failures
                 pass
         to_cdr(diagnostics.build(0, {"tasks": {}}, {}, {}, {}, {}))
+
+    def _live_view(self, p: dict[str, Any]) -> Any:
+        """``foxglove`` / ``foxglove_mcap``'s live view (None without either); a busy port, a bad value: StartError."""
+        if not p["foxglove"] and not p["foxglove_mcap"]:
+            return None
+        from ..live.channels import LiveSpec
+        from ..live.foxglove import LiveError, start
+
+        try:
+            hz = float(p["foxglove_hz"])
+            if not 0 < hz <= 1000:
+                raise LiveError(f"foxglove_hz: expected a rate in Hz above 0, at most 1000, found {hz}")
+            return start(p["foxglove"] or None, "rt-runtime run", spec=LiveSpec.of(self.cfg, hz),
+                         serve=bool(p["foxglove"]), mcap=p["foxglove_mcap"] or None)
+        except LiveError as e:
+            self.pump.close()
+            self.stack.close()   # built already: no thread of it is left behind
+            raise StartError(str(e)) from None
 
     # ---- callbacks (executor thread) --------------------------------------------------------
     def _stamp(self, t_ns: int) -> int:
@@ -189,6 +210,8 @@ class LiveRuntime:
         else:   # the runtime is stopped: its device's threads too (a stuck op would hold one forever)
             self.stack.close()
         self.pump.close()
+        if self.live is not None:   # stopping is how a live node ends: its MCAP is whole unless the runtime died
+            self.live.close(partial=None if self.failure is None else f"the runtime stopped: {self.failure!r}")
         self.publish_diagnostics()
         if self.trace_path is not None and self.ring is not None:
             from ..trace import TraceColumns, save_trace

@@ -15,4 +15,7 @@ PARAMS: dict[str, object] = {
     "stale_after": "500ms",             # an input silent this long (and 3 of its periods) is stale
     "degrade_on_stale": ["/sensing/lidar/points", "/localization/odometry"],
     "watch_channels": ["planning/status"],   # channel values reported in diagnostics
+    "foxglove": "",                     # HOST:PORT of the live view's Foxglove websocket ("" = none)
+    "foxglove_hz": 10.0,                # trajectory and objects in the live view at most this often (logical time)
+    "foxglove_mcap": "",                # the live view's channels into this new MCAP file ("" = none)
 }
