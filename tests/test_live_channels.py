@@ -205,3 +205,35 @@ def test_outputs_are_decimated_per_route_before_anything_is_kept() -> None:
                                                                                  ("/traj", 600), ("/traj", 900)]
     assert [t // MS for topic, _, t, _ in kept if topic == "/obj"] == [0, 400, 700]
     assert all(g["tracks"] is tracks and g["count"] is count for topic, _, _, g in kept if topic == "/obj")   # no copy
+
+
+def test_the_layout_plots_only_channels_and_fields_the_live_view_serves() -> None:
+    import re
+
+    from rt_runtime.config.stack import load_stack
+    from rt_runtime.live import chains as C
+    from rt_runtime.live import state as S
+    from rt_runtime.live.channels import LiveSpec
+    from rt_runtime.live.outputs import topic_of
+
+    root = Path(__file__).resolve().parents[1]
+    layout = json.loads((root / "config" / "foxglove_layout.json").read_text())
+    spec = LiveSpec.of(load_stack(root / "config" / "stack.yaml", {}))
+    schemas = {"/rt/safety": S.SAFETY_SCHEMA, "/rt/degraded": S.MODE_SCHEMA, "/rt/speculation": S.SPEC_SCHEMA,
+               "/rt/live": S.LIVE_SCHEMA, **{f"/rt/chains/{n}": C.CHAIN_SCHEMA for n, *_ in spec.chains}}
+    for t in spec.tasks:
+        schemas.update({f"/rt/tasks/{t}/job": S.JOB_SCHEMA, f"/rt/tasks/{t}/window": S.TASK_SCHEMA})
+    drawn = {topic_of(r.topic) for r in spec.routes}
+    paths = [p["value"] for c in layout["configById"].values() for p in c.get("paths", ())] + \
+        [c["topicPath"] for c in layout["configById"].values() if "topicPath" in c]
+    assert len(paths) > 20
+    for path in paths:
+        m = re.fullmatch(r"(/[\w/]+)(\{(\w+)==\"\w+\"\})?(?:\.(\w+))?", path)
+        assert m, path
+        topic, _, key, field = m.groups()
+        assert topic in schemas, path
+        for name in (key, field):
+            assert name is None or name in schemas[topic]["properties"], path
+    panels = layout["configById"]
+    assert set(panels["3D!scene"]["topics"]) == drawn   # the 3D panel draws the trajectory and the objects
+    assert {p.split("!")[0] for p in panels} >= {"Plot", "StateTransitions", "3D", "RawMessages", "Table"}

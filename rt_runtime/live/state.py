@@ -26,7 +26,8 @@ JOB_SCHEMA: dict[str, Any] = {
     "title": "rt_runtime.Job", "type": "object",
     "description": "One job of a task; times in ms of the runtime's logical time (null: not reached)",
     "properties": {"task": {"type": "string"}, "job": {"type": "integer"}, "release_ms": _NUM, "start_ms": _NUM,
-                   "finish_ms": _NUM, "deadline_ms": _NUM, "response_ms": _NUM, "miss": {"type": "boolean"},
+                   "finish_ms": _NUM, "deadline_ms": _NUM, "response_ms": _NUM, "relative_deadline_ms": _NUM,
+                   "miss": {"type": "boolean"},
                    "reaction": {"type": ["string", "null"]}, "aborted": {"type": "boolean"}},
     "required": ["task", "job", "miss"]}
 TASK_SCHEMA: dict[str, Any] = {
@@ -92,7 +93,8 @@ class LiveState:
         j = jobs.get(index)
         if j is None:
             j = jobs[index] = {"task": task, "job": index, "release_ms": None, "start_ms": None, "finish_ms": None,
-                               "deadline_ms": None, "response_ms": None, "miss": False, "reaction": None,
+                               "deadline_ms": None, "response_ms": None, "relative_deadline_ms": None, "miss": False,
+                               "reaction": None,
                                "aborted": False}
         return j
 
@@ -158,6 +160,8 @@ class LiveState:
         j = self.open[task].pop(index)
         if j["release_ms"] is not None and j["finish_ms"] is not None:
             j["response_ms"] = j["finish_ms"] - j["release_ms"]
+        if j["release_ms"] is not None and j["deadline_ms"] is not None:   # what a plot sets the response against
+            j["relative_deadline_ms"] = j["deadline_ms"] - j["release_ms"]
         self.jobs[task] = self.jobs.get(task, 0) + 1
         self.misses[task] = self.misses.get(task, 0) + int(j["miss"])
         win = self.window.setdefault(task, deque(maxlen=WINDOW))
