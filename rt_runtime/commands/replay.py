@@ -60,7 +60,7 @@ def add_live_flags(p: argparse.ArgumentParser) -> None:
                    "file (with or without --foxglove; Foxglove opens it); an interrupted run leaves it marked partial")
 
 
-def live_view(args: argparse.Namespace, cfg: Any, who: str) -> Any:
+def live_view(args: argparse.Namespace, cfg: Any, who: str, server_options: dict[str, Any] | None = None) -> Any:
     """``--foxglove`` / ``--foxglove-mcap``'s live view for stack ``cfg`` (None without either); a bad value, a busy
     port or an output path that may not be written: one line (``UsageError``)."""
     endpoint, mcap = getattr(args, "foxglove", None), getattr(args, "foxglove_mcap", None)
@@ -72,7 +72,8 @@ def live_view(args: argparse.Namespace, cfg: Any, who: str) -> Any:
 
     try:
         return start(endpoint or None, who, spec=LiveSpec.of(cfg, getattr(args, "foxglove_hz", 10.0)),
-                     serve=endpoint is not None, mcap=mcap, replace=bool(getattr(args, "force", False)))
+                     serve=endpoint is not None, mcap=mcap, replace=bool(getattr(args, "force", False)),
+                     server_options=server_options)
     except LiveError as e:
         raise UsageError(str(e)) from None
 
@@ -178,6 +179,44 @@ def _timing(timing: str | None, speed: str | float) -> str:
     return timing or "budget"
 
 
+def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tuple[Any, Any]:
+    """A wall-clock replay's playback core (logical time over the bag, or --until; one period: the shortest
+    task period) and, with --foxglove, its playback bar (stamped on the bag's time, as the live view is)."""
+    from ..bag import open_bag
+    from ..replay.paced import replay_controller
+
+    with open_bag(bag) as r:
+        start_ns, duration_ns = r.start_ns, r.duration_ns
+    if args.until is not None:
+        duration_ns = min(duration_ns, int(args.until * 1e9))
+    periods = [t.period_ns for t in cfg.tasks if getattr(t, "period_ns", None)]
+    control = replay_controller(max(1, duration_ns), speed, min(periods) if periods else 100_000_000)
+    fox = None
+    if getattr(args, "foxglove", None) is not None:
+        from ..cli import UsageError
+        from ..live.foxglove import LiveError
+        from ..live.playback import FoxglovePlayback
+
+        try:
+            fox = FoxglovePlayback(control, offset_ns=start_ns, who="rt-runtime replay")
+        except LiveError as e:
+            raise UsageError(str(e)) from None
+    return control, fox
+
+
+def _keys(control: Any) -> Any:
+    """The keys on a terminal's stdin (their list on stderr), else None."""
+    from ..replay.keyboard import HELP, keyboard
+
+    def say(line: str) -> None:
+        print(f"rt-runtime replay: {line}", file=sys.stderr, flush=True)
+
+    keys = keyboard(control.command, lambda: control.state, say)
+    if keys is not None:
+        say(HELP + " (no seek in a replay)")
+    return keys
+
+
 def stack_for_bag(config: Any, bag: Any, remap: dict[str, str] | None = None) -> Any:
     """The stack as `replay` runs it on ``bag`` (``batch``'s workers too: one digest): the config with its
     remaps, calibrated from the bag's CameraInfo and /tf_static; notes on stderr."""
@@ -229,15 +268,25 @@ def run(args: argparse.Namespace) -> int:
         cfg = stack_for_bag(config, bag, remap)
         if args.device:
             cfg = dataclasses.replace(cfg, device=args.device)
-        live = live_view(args, cfg, "rt-runtime replay")
+        # On the wall clock: pause, step and rate from the keys (a terminal) and Foxglove's playback bar.
+        control, fox = _playback(bag, cfg, speed, args) if speed != "max" else (None, None)
+        live = live_view(args, cfg, "rt-runtime replay", fox.server_options() if fox is not None else None)
+        if fox is not None and live is not None and live.server is not None:
+            fox.bind(live.server)
+        keys = _keys(control) if control is not None else None
         result = None
         try:
             result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
                             out_format=args.out_format, progress=sys.stderr.isatty() and not args.json,
                             until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
                             timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
-                            parallel=args.parallel, reader=args.reader, listeners=[live] if live is not None else ())
+                            parallel=args.parallel, reader=args.reader, listeners=[live] if live is not None else (),
+                            control=control)
         finally:
+            if keys is not None:
+                keys.close()   # the terminal as it was
+            if fox is not None:
+                fox.close(stop_server=False)   # the live view's server: live.close stops it
             if live is not None:   # an interrupted run (or a failed one) keeps its MCAP, marked partial
                 cut = result.extra.get("interrupted") if result is not None else None
                 live.close(partial="the replay failed" if result is None else

@@ -55,7 +55,8 @@ class FoxgloveLive:
 
     def __init__(self, host: str = LOOPBACK[0], port: int = DEFAULT_PORT, capacity: int = CAPACITY,
                  tasks: Sequence[str] = (), spec: LiveSpec | None = None, *, serve: bool = True,
-                 mcap: str | Path | None = None, replace: bool = False) -> None:
+                 mcap: str | Path | None = None, replace: bool = False,
+                 server_options: dict[str, Any] | None = None) -> None:
         try:
             import foxglove
         except ImportError:
@@ -74,7 +75,9 @@ class FoxgloveLive:
         self.host, self.port = host, port
         if serve:
             try:
-                self.server = foxglove.start_server(name="rt_runtime", host=host, port=port, context=self.ctx)
+                # server_options: more start_server keywords (live.playback's playback bar on a replay)
+                self.server = foxglove.start_server(name="rt_runtime", host=host, port=port, context=self.ctx,
+                                                    **(server_options or {}))
             except RuntimeError as e:
                 self._discard_mcap()
                 why = str(e).split(": ", 1)[-1]
@@ -208,11 +211,13 @@ class FoxgloveLive:
 
 
 def start(endpoint: str | None, who: str = "rt-runtime", tasks: Sequence[str] = (), spec: LiveSpec | None = None,
-          *, serve: bool = True, mcap: str | Path | None = None, replace: bool = False) -> FoxgloveLive:
+          *, serve: bool = True, mcap: str | Path | None = None, replace: bool = False,
+          server_options: dict[str, Any] | None = None) -> FoxgloveLive:
     """Start the live view at ``[HOST:]PORT`` (``serve``) and/or into ``mcap`` with the channels of ``spec``
     (or of ``tasks``) and say where on stderr (and what a non-loopback host exposes)."""
     host, port = parse_endpoint(endpoint) if serve else (LOOPBACK[0], 0)
-    live = FoxgloveLive(host, port, tasks=tasks, spec=spec, serve=serve, mcap=mcap, replace=replace)
+    live = FoxgloveLive(host, port, tasks=tasks, spec=spec, serve=serve, mcap=mcap, replace=replace,
+                        server_options=server_options)
     if serve:
         print(f"{who}: Foxglove live view on {live.url}", file=sys.stderr, flush=True)
         if host not in LOOPBACK:

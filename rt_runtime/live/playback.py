@@ -1,6 +1,7 @@
 """Foxglove's playback controls (foxglove-sdk's ``Capability.PlaybackControl``) driving a ``replay.controller``.
 
-``play --foxglove [HOST:]PORT`` serves a websocket with the bag's time range: the app shows its playback
+``play --foxglove [HOST:]PORT`` serves a websocket with the bag's time range (``start``; ``replay --speed X
+--foxglove`` adds the same to the live view's server, ``server_options`` and ``bind``): the app shows its playback
 bar, and its play, pause, seek and speed come here as ``PlaybackControlRequest``s, each translated into
 ``control.Command``s (``commands_for``, pure) on the same core the keyboard and the ROS services use. The
 playback state is answered to each request and broadcast on every other change; the bag time is broadcast
@@ -31,42 +32,41 @@ def commands_for(play: bool, speed: float, seek_ns: int | None, pb: C.Playback) 
 
 
 class FoxglovePlayback:
-    """A websocket server whose playback controls drive ``ctl``; ``close`` stops it."""
+    """Foxglove's playback controls on ``ctl``: ``server_options`` go to ``foxglove.start_server`` (this object is
+    its listener), then ``bind`` the server started with them. ``offset_ns``: the absolute time of the core's 0
+    (a replay's logical time starts at the bag's start; play's core is on the bag's own time)."""
 
-    def __init__(self, ctl: Controller, host: str, port: int) -> None:
+    def __init__(self, ctl: Controller, offset_ns: int = 0, who: str = "rt-runtime play") -> None:
         try:
-            import foxglove
             from foxglove.websocket import Capability, PlaybackCommand, PlaybackState, PlaybackStatus
         except ImportError:
             raise LiveError("--foxglove: needs the foxglove-sdk package (pip install 'rt_runtime[live]')") from None
-        self.ctl = ctl
+        self.ctl, self.offset, self.who = ctl, int(offset_ns), who
         self._Play, self._State, self._Status = PlaybackCommand.Play, PlaybackState, PlaybackStatus
+        self._capabilities = [Capability.PlaybackControl, Capability.Time]
         self.ended = self._answering = False
-        pb = ctl.state
-        try:
-            self.server = foxglove.start_server(
-                name="rt_runtime_player", host=host, port=port, context=foxglove.Context(),
-                capabilities=[Capability.PlaybackControl, Capability.Time], server_listener=self,
-                playback_time_range=(pb.start_ns, pb.end_ns))
-        except RuntimeError as e:
-            why = str(e).split(": ", 1)[-1]
-            raise LiveError(f"--foxglove {host}:{port}: cannot serve there: {why}") from None
-        self.host, self.port = host, self.server.port
-        ctl.listen(self._changed)
+        self.server: Any = None
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._tick, name="rt-foxglove-time", daemon=True)
-        self.thread.start()
 
-    @property
-    def url(self) -> str:
-        """Where a Foxglove app connects."""
-        return f"ws://{self.host}:{self.port}"
+    def server_options(self) -> dict[str, Any]:
+        """``start_server``'s keywords for the playback bar: the capabilities, this listener, the time range."""
+        pb = self.ctl.state
+        return {"capabilities": self._capabilities, "server_listener": self,
+                "playback_time_range": (pb.start_ns + self.offset, pb.end_ns + self.offset)}
+
+    def bind(self, server: Any) -> None:
+        """Start answering on ``server`` (started with ``server_options``): state changes and the time broadcast."""
+        self.server = server
+        self.ctl.listen(self._changed)
+        self.thread.start()
 
     def state(self, did_seek: bool = False, request_id: str | None = None) -> Any:
         """The SDK's ``PlaybackState`` of the core now."""
         pb = self.ctl.state
         status = self._Status.Ended if self.ended else self._Status.Paused if pb.paused else self._Status.Playing
-        return self._State(status=status, current_time=C.position(pb, self.ctl.clock()), playback_speed=pb.rate,
+        return self._State(status=status, current_time=C.position(pb, self.ctl.clock()) + self.offset,
+                           playback_speed=pb.rate,
                            did_seek=did_seek, request_id=request_id)
 
     def on_playback_control_request(self, request: Any) -> Any:
@@ -75,43 +75,55 @@ class FoxglovePlayback:
         before = self.ctl.state.seeks
         self._answering = True   # the answer is the state: no broadcast of each step on the way
         try:
-            for cmd in commands_for(request.playback_command == self._Play, request.playback_speed,
-                                    request.seek_time, self.ctl.state):
+            seek = None if request.seek_time is None else request.seek_time - self.offset
+            for cmd in commands_for(request.playback_command == self._Play, request.playback_speed, seek,
+                                    self.ctl.state):
                 try:
                     self.ctl.command(cmd)
                 except C.ControlError as e:
-                    print(f"rt-runtime play: Foxglove: {e}", file=sys.stderr, flush=True)
+                    print(f"{self.who}: Foxglove: {e}", file=sys.stderr, flush=True)
         finally:
             self._answering = False
         return self.state(self.ctl.state.seeks != before, request.request_id)
 
     def _changed(self, pb: C.Playback, cmd: C.Command | None) -> None:
         """A change from elsewhere (the keyboard, the services, a loop) shows in the app too."""
-        if not self._answering and (cmd is not None or pb.steps == 0):
+        if self.server is not None and not self._answering and (cmd is not None or pb.steps == 0):
             self.server.broadcast_playback_state(self.state(cmd is not None and cmd.name.startswith("seek")))
 
     def _tick(self) -> None:
         while not self._stop.wait(1 / TIME_HZ):
-            self.server.broadcast_time(C.position(self.ctl.state, self.ctl.clock()))
+            self.server.broadcast_time(C.position(self.ctl.state, self.ctl.clock()) + self.offset)
 
     def end(self) -> None:
         """The bag played out: the app shows it ended."""
         self.ended = True
         self.server.broadcast_playback_state(self.state())
 
-    def close(self) -> None:
-        """Stop the time broadcasts and the server (idempotent)."""
+    def close(self, stop_server: bool = True) -> None:
+        """Stop the time broadcasts and (``stop_server``: one this module started) the server; idempotent."""
         if not self._stop.is_set():
             self._stop.set()
-            self.thread.join()
-            self.server.stop()
+            if self.thread.is_alive():
+                self.thread.join()
+            if stop_server and self.server is not None:
+                self.server.stop()
 
 
 def start(endpoint: str | None, ctl: Controller, who: str = "rt-runtime play") -> FoxglovePlayback:
     """Serve ``ctl``'s playback controls at ``[HOST:]PORT`` (None: 127.0.0.1:8765) and say where on stderr."""
     host, port = parse_endpoint(endpoint)
-    fp = FoxglovePlayback(ctl, host, port)
-    print(f"{who}: Foxglove playback controls on {fp.url}", file=sys.stderr, flush=True)
+    fp = FoxglovePlayback(ctl, who=who)   # first: without the package, its one line
+    import foxglove
+
+    try:
+        server = foxglove.start_server(name="rt_runtime_player", host=host, port=port, context=foxglove.Context(),
+                                       **fp.server_options())
+    except RuntimeError as e:
+        why = str(e).split(": ", 1)[-1]
+        raise LiveError(f"--foxglove {host}:{port}: cannot serve there: {why}") from None
+    fp.bind(server)
+    print(f"{who}: Foxglove playback controls on ws://{host}:{server.port}", file=sys.stderr, flush=True)
     if host not in LOOPBACK:
         print(f"{who}: note: --foxglove {host}: anyone who can reach this port can pause, seek and change the "
               "rate of this playback (no authentication)", file=sys.stderr, flush=True)

@@ -31,6 +31,7 @@ from ..config.stack import IngressRoute, StackConfig
 from ..sched import CostModel
 from ..sched.events import Observer
 from ..sched.optimistic import Mispredicted
+from .controller import Controller
 from .feed import codec_problems
 from .feed_process import READERS, ProcessFeed, bag_bytes, reader_kind
 from .parallel import wanted_threads
@@ -47,7 +48,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            retain_channels: Sequence[str] | None = None, cost: CostModel | None = None,
            speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
            replace: bool = False, stop: Callable[[], str | None] | None = None,
-           parallel: int | None = None, reader: str = "auto", listeners: Sequence[Observer] = ()) -> ReplayResult:
+           parallel: int | None = None, reader: str = "auto", listeners: Sequence[Observer] = (),
+           control: Controller | None = None) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -72,6 +74,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     ``listeners``: ``Observer``s (the live view, ``rt_runtime.live``), told the tasks once the stack is built,
     then attached with ``Scheduler.listen(hot=True)`` (every event); they observe and change nothing (a lost
     bet's rerun: they hear both runs).
+    ``control``: on the wall clock, pause, step and rate from a ``replay.controller.Controller`` (``replay.paced``:
+    the runtime stands still while paused and logical time resumes where it stopped); ignored on the virtual clock.
     ``reader``: where the bag is read and decoded, ahead of the driver: ``"thread"`` (a thread here),
     ``"process"`` (a child process, off this process's GIL; it starts while the stack builds) or
     ``"auto"`` (the process where the replay reads ``feed_process.PROCESS_MIN_BYTES`` or more and the
@@ -92,7 +96,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
         feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
         run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
-                        stop=stop if cut is None else None)
+                        stop=stop if cut is None else None, control=control)
         if cut is not None:   # the same cut, marked as the first run would have marked it
             run.interrupted, run.bag_ns = cut.interrupted, cut.bag_ns
         try:

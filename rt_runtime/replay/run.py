@@ -23,8 +23,10 @@ from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
 from ..sched.events import EventKind, Observer
 from ..trace import TraceColumns, TraceRing, save_trace
+from .controller import Controller
 from .feed import FeedItem, decoded_feed, prefetched
 from .feed_process import ProcessFeed
+from .paced import Paced
 from .parallel import parallel_threads
 from .result import TIMINGS, ReplayError, ReplayResult
 
@@ -61,12 +63,13 @@ class ReplayRun:
 
     def __init__(self, bag_path: str | Path, cfg: StackConfig, bag: BagReader, wanted: dict[str, IngressRoute],
                  feed: ProcessFeed | None, duration_ns: int, *, quality: Callable[..., dict[str, Any]] | None,
-                 progress: bool, stop: Callable[[], str | None] | None) -> None:
+                 progress: bool, stop: Callable[[], str | None] | None, control: Controller | None = None) -> None:
         self.bag_path, self.cfg, self.bag, self.wanted = bag_path, cfg, bag, wanted
         self.reader = feed   # the reader process, or None: a thread here reads the bag
         self.bag_ns = duration_ns   # what was asked for
         self.duration_ns = duration_ns   # what ran: cut to the message before a stop
         self.quality, self.progress, self.stop = quality, progress, stop
+        self.control = control   # pause, step and rate on the wall clock (replay.paced); the virtual clock ignores it
         self.parts: list[TraceColumns] = []
         self.ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
         self.bad: dict[str, dict[str, int]] = {}
@@ -141,6 +144,10 @@ class ReplayRun:
         self.cpu0 = time.thread_time()
         if not self.virtual:
             self.clock.reset_epoch()
+        paced = None if self.virtual or self.control is None else \
+            Paced(self.control, self.clock, self._advance, self.stop)  # type: ignore[arg-type]
+        if paced is not None:
+            paced.start()
         self.stack.push_initial()
         triggers = self.rt.sched.triggers
         # decoding overlaps the jobs (another core), in order
@@ -149,6 +156,8 @@ class ReplayRun:
             prefetched(decoded_feed(self.bag, self.wanted, self.duration_ns), stats=self.reading)
         last_ns = 0
         for item in items:
+            if paced is not None:   # paused: the runtime stands still here (before the signal check)
+                paced.before(item.t_ns, last_ns)
             signal = self.stop() if self.stop is not None else None
             if signal:   # a signal (its handler only set a flag): end after the last message
                 self.interrupted, self.duration_ns = signal, last_ns

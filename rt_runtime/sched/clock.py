@@ -136,6 +136,14 @@ class WallClock:
         """Make logical time 0 now (or at the given monotonic instant)."""
         self.epoch_ns = _mono() if epoch_ns is None else int(epoch_ns)
 
+    def retime(self, t_ns: int, rate: float) -> None:
+        """Logical time is ``t_ns`` now and runs on at ``rate`` (a replay resumed after a pause, or at a new
+        speed: replay.control). Only between the driver's calls: a sleep under way keeps its old target."""
+        if not rate > 0:
+            raise ValueError(f"WallClock: rate must be positive, found {rate}")
+        self.rate = float(rate)
+        self.epoch_ns = _mono() - (int(t_ns) if self.rate == 1.0 else int(t_ns / self.rate))
+
     @property
     def max_spin_ns(self) -> int:
         """The most the clock spins before an instant (it holds the GIL meanwhile)."""
