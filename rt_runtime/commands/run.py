@@ -93,12 +93,13 @@ def run(args: argparse.Namespace) -> int:
     if args.foxglove is not None or args.foxglove_mcap:
         from ..live.foxglove import LiveError, parse_endpoint
         from ..outpaths import OutputPathError, check_output
+        from ..replay.defaults import default_config
 
         try:
             if args.foxglove is not None:
                 parse_endpoint(args.foxglove or None)
             if args.foxglove_mcap:
-                check_output(args.foxglove_mcap, "--foxglove-mcap", {"config": args.config, "trace": args.trace,
+                check_output(args.foxglove_mcap, "--foxglove-mcap", {"config": args.config or default_config(), "trace": args.trace,
                                                                      "params file": args.params_file})
         except (LiveError, OutputPathError) as e:
             raise UsageError(str(e)) from None
