@@ -227,3 +227,71 @@ def test_the_keyboard_reads_a_terminal_and_gives_it_back_as_it_was() -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_a_paused_replay_feed_stands_still_steps_one_message_or_one_period_and_resumes_where_it_stood() -> None:
+    from rt_runtime.replay.paced import Paced, replay_controller
+    from rt_runtime.sched.clock import WallClock
+
+    MS = 1_000_000
+    clock = WallClock(rate=0.01)   # logical time barely moves with the wall: the test reads the gating alone
+    ctl = replay_controller(500 * MS, 0.01, period_ns=25 * MS, paused=True)
+    ran: list[int] = []
+    fed: list[int] = []
+    stop: list[str] = []
+    paced = Paced(ctl, clock, ran.append, lambda: stop[0] if stop else None)
+    items = [k * 10 * MS for k in range(50)]
+
+    def feed() -> None:
+        clock.reset_epoch()
+        paced.start()
+        last = 0
+        for t in items:
+            paced.before(t, last)
+            if stop:
+                return
+            fed.append(t)
+            last = t
+    driver = threading.Thread(target=feed)
+    driver.start()
+
+    def settled(n: int) -> None:
+        end = time.monotonic() + 10
+        while len(fed) < n and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(0.2)   # and nothing more comes
+
+    settled(1)
+    assert fed == [0]                                  # paused at 0: the message at 0, then it stands
+    ctl.command(C.Command("step"))
+    settled(2)
+    assert fed == [0, 10 * MS] and ran == []
+    ctl.command(C.Command("period"))                   # 25 ms on: the messages in it, the runtime up to its end
+    settled(4)
+    assert fed == [0, 10 * MS, 20 * MS, 30 * MS] and len(ran) == 1 and 35 * MS <= ran[0] < 36 * MS
+    stood = paced.blocked
+    assert stood is not None and stood >= ran[0]
+    time.sleep(0.3)
+    ctl.command(C.Command("rate", 0.02))               # a new rate while paused, then resume
+    ctl.command(C.Command("resume"))
+    driver.join(10)
+    assert fed == items                                # the fake runtime takes no time: the rest at once
+    assert clock.rate == 0.02 and stood <= clock.now() < stood + MS   # on from where it stood, not from the wall
+    with pytest.raises(C.ControlError, match="seek: not in a replay"):
+        ctl.command(C.Command("seek_by", 0))
+
+
+def test_a_signal_ends_a_paused_replay_feed() -> None:
+    from rt_runtime.replay.paced import Paced, replay_controller
+    from rt_runtime.sched.clock import WallClock
+
+    ctl = replay_controller(S, 1.0, period_ns=S // 10, paused=True)
+    stop: list[str] = []
+    paced = Paced(ctl, WallClock(), lambda t: None, lambda: stop[0] if stop else None)
+    driver = threading.Thread(target=paced.before, args=(S // 2, 0))
+    driver.start()
+    time.sleep(0.3)
+    assert driver.is_alive()                           # paused: it waits
+    stop.append("SIGINT")
+    driver.join(10)
+    assert not driver.is_alive()
