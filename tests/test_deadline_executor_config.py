@@ -168,3 +168,39 @@ def test_the_executor_imports_without_torch_or_the_stack_schema():
     env = {**os.environ, "PYTHONPATH": str(root), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr)
+
+
+def test_layers_merge_key_by_key_and_the_whole_is_checked():
+    from rt_runtime.ros.deadline import deadline
+    from rt_runtime.ros.deadline.decorator import declared
+    from rt_runtime.ros.deadline.timing import merge, parse_fields
+
+    @deadline(deadline="7ms", budget="3ms", on_overrun="skip")
+    def tick() -> None:
+        pass
+    layers = {"decorator": declared(tick), "file": {"budget": 4 * MS},
+              "parameter": parse_fields({"deadline": "9ms", "on_miss": None}, "node /n", "parameter rt.tick")}
+    t = merge(layers, "node /n", "callback n/timer:10ms", rule=3)
+    assert (t.deadline_ns, t.budget_ns, t.on_overrun, t.on_miss, t.rule) == (9 * MS, 4 * MS, "skip", "none", 3)
+    with pytest.raises(ConfigError, match=r"^node /n: callback n/timer:10ms: on_overrun: skip \(from the parameter\) "
+                                          r"needs a 'budget:' to overrun$"):
+        merge({"parameter": {"on_overrun": "skip"}}, "node /n", "callback n/timer:10ms")
+    assert declared(lambda: None) == {} and deadline()(tick) is tick   # the function itself, unwrapped
+
+
+@pytest.mark.parametrize("kw, says", [
+    ({"deadline": "20"}, "f: deadline: expected a duration such as"),
+    ({"budget": 5}, "f: budget: expected a duration with a unit such as \"10ms\", found 5 (a bare"),
+    ({"on_miss": "skp"}, "f: on_miss: expected one of none, skip, abort, degrade, found 'skp' (did"),
+    ({"priority": "high"}, "f: priority: expected an integer, found 'high'"),
+    ({"fallback": "no_such_module_x:g"}, "f: fallback: cannot import module 'no_such_module_x'"),
+])
+def test_a_bad_decorator_value_is_one_line_naming_the_function(kw, says):
+    from rt_runtime.ros.deadline import deadline
+    with pytest.raises(ConfigError) as e:
+        @deadline(**kw)
+        def f() -> None:
+            pass
+    msg = str(e.value)
+    assert msg.startswith("@deadline on test_a_bad_decorator_value_is_one_line_naming_the_function.f: ")
+    assert says in msg and "\n" not in msg

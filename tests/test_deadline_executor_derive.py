@@ -24,7 +24,9 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.qos import QoSProfile  # noqa: E402
 from std_msgs.msg import String  # noqa: E402
 
+from rt_runtime.config.yamlfile import ConfigError  # noqa: E402
 from rt_runtime.ros import DeadlineExecutor  # noqa: E402
+from rt_runtime.ros.deadline import deadline  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(90)]
 DOMAIN = 160 + os.getpid() % 10
@@ -100,3 +102,85 @@ def test_a_subscriptions_deadline_is_the_period_its_publishers_advertise(ctx, re
                lambda: (fast.publish(String(data="y")), time.sleep(0.01)))
     assert ex.stats()["listener/sub:/scan"]["deadline_ns"] == 10 * MS
     ex.shutdown()
+
+
+class Planner(Node):
+    """An unmodified-looking node whose author wrote its timing beside the callback."""
+
+    def __init__(self, ctx: Any, **kw: Any) -> None:
+        super().__init__("planner", context=ctx, **kw)
+        self.ticks = 0
+        self.create_timer(0.02, self.tick)
+        self.create_timer(0.02, lambda: None)   # a lambda: no parameters (no name to give them)
+
+    @deadline(deadline="7ms", budget="3ms", on_miss="skip", priority=4)
+    def tick(self) -> None:
+        self.ticks += 1
+
+
+def _timing(ex: DeadlineExecutor, name: str = "planner/timer:20ms") -> tuple:
+    t = ex.callbacks()[name].timing
+    return t.deadline_ns, t.budget_ns, t.on_miss, t.priority
+
+
+def test_decorator_file_and_parameters_merge_key_by_key_parameter_first(ctx):
+    # the decorator gives deadline, budget, on_miss, priority; the file overrides the budget; a parameter
+    # given at start-up (as a launch file gives it) overrides the deadline; what nobody overrides stays
+    from rclpy.parameter import Parameter
+    node = Planner(ctx, parameter_overrides=[Parameter("rt.tick.deadline", value="9ms")])
+    ex = DeadlineExecutor({"callbacks": [{"node": "planner", "timer": "20ms", "budget": "4ms"}]}, context=ctx)
+    ex.add_node(node)
+    assert _timing(ex) == (9 * MS, 4 * MS, "skip", 4)
+    assert node.has_parameter("rt.tick.budget") and node.get_parameter("rt.tick.budget").value is None
+    assert {k.split(".")[0] for k in node.get_parameters_by_prefix("rt")} == {"tick"}   # none for the lambda
+    spin_until(ex, lambda: node.ticks >= 2)
+    ex.shutdown()
+
+
+def test_a_parameter_set_at_run_time_applies_and_a_bad_one_is_refused_in_one_line(ctx):
+    from rcl_interfaces.msg import Parameter as ParameterMsg
+    from rcl_interfaces.msg import ParameterType, ParameterValue
+    from rcl_interfaces.srv import SetParameters
+    node, tool = Planner(ctx), Node("param_tool", context=ctx)
+    ex = DeadlineExecutor(context=ctx)
+    ex.add_node(node)
+    ex.add_node(tool)
+    client = tool.create_client(SetParameters, "/planner/set_parameters")
+
+    def set_param(name: str, value: str) -> Any:   # what `ros2 param set /planner NAME VALUE` sends
+        req = SetParameters.Request(parameters=[ParameterMsg(name=name, value=ParameterValue(
+            type=ParameterType.PARAMETER_STRING, string_value=value))])
+        fut = client.call_async(req)
+        ex.spin_until_future_complete(fut, timeout_sec=20)
+        assert fut.done()
+        return fut.result().results[0]
+
+    spin_until(ex, client.service_is_ready)
+    assert set_param("rt.tick.deadline", "15ms").successful
+    assert _timing(ex)[:2] == (15 * MS, 3 * MS)   # the next release has it; the decorator's budget stays
+    bad = set_param("rt.tick.deadline", "15")
+    assert not bad.successful and bad.reason == (
+        'node /planner: parameter rt.tick.deadline: expected a duration such as "10ms", "250us" or "1.5s", '
+        "found '15'")
+    bad = set_param("rt.tick.on_overrun", "degrade")   # the whole: degrade needs a fallback
+    assert not bad.successful and "degrade needs 'fallback" in bad.reason and "\n" not in bad.reason
+    assert _timing(ex)[:2] == (15 * MS, 3 * MS) and node.get_parameter("rt.tick.deadline").value == "15ms"
+    ex.shutdown()
+
+
+def test_a_bad_parameter_at_start_up_is_one_line_when_the_node_is_added(ctx):
+    from rclpy.parameter import Parameter
+    node = Planner(ctx, parameter_overrides=[Parameter("rt.tick.on_miss", value="skp")])
+    ex = DeadlineExecutor(context=ctx)
+    with pytest.raises(ConfigError) as e:
+        ex.add_node(node)
+    assert str(e.value) == ("node /planner: parameter rt.tick.on_miss: expected one of none, skip, abort, degrade, "
+                            "found 'skp' (did you mean 'skip'?)")
+    assert node not in ex.get_nodes()
+    quiet = DeadlineExecutor({"parameters": False}, context=ctx)   # the file may turn parameters off
+    other = Node("other", context=ctx)
+    other.create_timer(0.02, node.tick)
+    quiet.add_node(other)
+    assert not other.has_parameter("rt.tick.deadline") and _timing(quiet, "other/timer:20ms")[0] == 7 * MS
+    ex.shutdown()
+    quiet.shutdown()

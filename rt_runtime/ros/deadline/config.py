@@ -6,6 +6,7 @@
     poll: 100ms                    # with jobs queued, wait again (timeout 0) when the last wait is this old
     trace: run.rttrace             # write the .rttrace at shutdown (rt-runtime analyze reads it)
     diagnostics: 1s                # each callback's counts on /diagnostics
+    parameters: true               # declare rt.<callback>.<key> on each node (book.py; timing.py: precedence)
     realtime: {enabled: true, priority: 50, cpus: [1]}
     callbacks:
       - {node: "planner*", timer: 100ms, deadline: 80ms, budget: 20ms, on_miss: skip}
@@ -28,12 +29,14 @@ from pydantic import Field
 
 # the torch-free pieces of the stack file's reading (config.basetypes): an executor must import quickly
 from ...config.basetypes import Duration, Model, Realtime, Ref, keys
-from ...config.fields import resolve
 from ...config.realtime import RealtimeSpec, parse_realtime
 from ...config.yamlfile import ConfigError, load_yaml, suggest
 from ...core.task import CRITICALITIES
-from ...core.units import DurationError, clip, parse_duration
+from ...core.units import clip
 from .jobs import REACTIONS, Timing
+from .timing import choice as _choice
+from .timing import duration as _dur
+from .timing import merge, parse_fields
 
 POLICIES = ("edf", "rm", "dm", "fp")
 SELECTORS = ("topic", "timer", "service", "client")
@@ -93,6 +96,8 @@ class ExecutorFile(Model):
     """Publish each callback's counts on /diagnostics at this period (default: not at all)."""
     realtime: bool | Realtime | None = None
     """SCHED_FIFO and pinning of the callback threads."""
+    parameters: bool | None = None
+    """Declare each named callback's rt.<callback>.<key> parameters on its node (default true)."""
     callbacks: list[CallbackEntry] | None = None
     """Per-callback timing, first match wins."""
 
@@ -109,6 +114,7 @@ class Rule:
     pattern: str | None
     timer_ns: int | None
     timing: Timing
+    fields: dict[str, Any] = field(default_factory=dict)   # the timing keys the entry gives (parse_fields)
 
     def selects(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> bool:
         """True when this entry selects the callback of ``kind`` named ``key`` (topic, service or period)."""
@@ -136,6 +142,14 @@ class ExecutorConfig:
     source: str | None = None
     poll_ns: int = DEFAULT_POLL_NS
     diagnostics_ns: int | None = None
+    parameters: bool = True
+
+    def select(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> tuple[int | None, dict]:
+        """The index of the first selecting entry and the timing keys it gives; (None, {}) when none does."""
+        for i, r in enumerate(self.rules):
+            if r.selects(node_names, kind, key):
+                return i, r.fields
+        return None, {}
 
     def timing(self, node_names: tuple[str, ...], kind: str, key: str | int | None) -> Timing:
         """The timing the first selecting entry gives (a fresh copy), or the defaults."""
@@ -145,25 +159,6 @@ class ExecutorConfig:
                 return Timing(t.period_ns, t.deadline_ns, t.budget_ns, t.priority, t.criticality, t.on_miss,
                               t.on_overrun, t.fallback, i)
         return Timing()
-
-
-def _choice(source: str, where: str, value: Any, choices: tuple[str, ...]) -> str:
-    if isinstance(value, str) and value in choices:
-        return value
-    raise ConfigError(source, f"{where}: expected one of {', '.join(choices)}, found {clip(value)}"
-                              f"{suggest(value, choices) if isinstance(value, str) else ''}", field=where)
-
-
-def _dur(source: str, where: str, value: Any) -> int:
-    if isinstance(value, str) and value.strip().startswith("-"):
-        raise ConfigError(source, f"{where}: must not be negative, found {clip(value)}", field=where)
-    try:
-        ns = parse_duration(value, what=where)
-    except DurationError as e:
-        raise ConfigError(source, str(e), field=where) from None
-    if ns <= 0:
-        raise ConfigError(source, f"{where}: must be positive, found {clip(value)}", field=where)
-    return ns
 
 
 def _glob(source: str, where: str, value: Any) -> str:
@@ -190,24 +185,9 @@ def _entry(source: str, i: int, e: Any) -> Rule:
     selector = given[0] if given else None
     timer_ns = _dur(source, f"{at}.timer", e["timer"]) if selector == "timer" else None
     pattern = _glob(source, f"{at}.{selector}", e[selector]) if selector and selector != "timer" else None
-    d = {k: _dur(source, f"{at}.{k}", e[k]) if e.get(k) is not None else None
-         for k in ("period", "deadline", "budget")}
-    prio = e.get("priority")
-    if prio is not None and (isinstance(prio, bool) or not isinstance(prio, int)):
-        raise ConfigError(source, f"{at}.priority: expected an integer, found {clip(prio)}", field="priority")
-    crit = _choice(source, f"{at}.criticality", e.get("criticality", "low"), CRITICALITIES)
-    on_miss = _choice(source, f"{at}.on_miss", e.get("on_miss", "none"), REACTIONS)
-    on_overrun = _choice(source, f"{at}.on_overrun", e.get("on_overrun", "none"), ("none", "skip", "degrade"))
-    if on_overrun != "none" and d["budget"] is None:
-        raise ConfigError(source, f"{at}.on_overrun: {on_overrun} needs a 'budget:' to overrun", field="on_overrun")
-    fallback = None
-    if e.get("fallback") is not None:
-        fallback = resolve(e["fallback"], source, f"{at}.fallback")
-    if "degrade" in (on_miss, on_overrun) and fallback is None:
-        raise ConfigError(source, f"{at}: degrade needs 'fallback: package.module:function' (called instead of "
-                                  f"the callback on the next release)", field="fallback")
-    timing = Timing(d["period"], d["deadline"], d["budget"], prio, crit, on_miss, on_overrun, fallback)
-    return Rule(node, selector, pattern, timer_ns, timing)
+    fields = parse_fields(e, source, at)
+    # an entry is complete on its own (a decorator or parameter may add to it, see ExecutorConfig.select)
+    return Rule(node, selector, pattern, timer_ns, merge({"file": fields}, source, at), fields)
 
 
 def parse_config(doc: Any, source: str) -> ExecutorConfig:
@@ -232,6 +212,9 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
     trace = doc.get("trace")
     if trace is not None and (not isinstance(trace, str) or not trace):
         raise ConfigError(source, f"trace: expected a file path, found {clip(trace)}", field="trace")
+    params = doc.get("parameters", True)
+    if not isinstance(params, bool):
+        raise ConfigError(source, f"parameters: expected true or false, found {clip(params)}", field="parameters")
     rt = parse_realtime(doc.get("realtime"), lambda m: ConfigError(source, f"realtime: {m}", field="realtime"))
     raw = doc.get("callbacks") or []
     if not isinstance(raw, list):
@@ -242,7 +225,7 @@ def parse_config(doc: Any, source: str) -> ExecutorConfig:
         if missing:
             raise ConfigError(source, f"callbacks[{missing[0]}]: policy fp needs a 'priority:' on every entry",
                               field="priority")
-    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source, poll, diag)
+    return ExecutorConfig(policy, workers, dd, trace, rt, rules, source, poll, diag, params)
 
 
 def load_config(config: str | Path | dict[str, Any] | ExecutorConfig | None) -> ExecutorConfig:

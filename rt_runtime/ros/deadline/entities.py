@@ -1,7 +1,8 @@
 """What the DeadlineExecutor needs to know of rclpy's entities and tasks: names, dropping, suspension."""
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Iterable, Iterator
 
 from rclpy.client import Client
 from rclpy.exceptions import InvalidHandle
@@ -68,3 +69,42 @@ def read_graph(cb: Callback, sub: Subscription, node: Any, now_ns: int) -> bool:
         except (InvalidHandle, RuntimeError):   # the node is being destroyed: look again later
             return []
     return cb.graph(now_ns, count, deadlines)
+
+
+def take_message(sub: Subscription, cb: Callback | None) -> Any:
+    """rclpy's ``_take_subscription``, which also books the message's arrival on ``cb`` (the middleware's
+    receive time, else now); the coroutine it returns carries its arguments (``args``: what a degraded
+    release hands the fallback). None when nothing was taken."""
+    try:
+        with sub.handle:
+            info = sub.handle.take_message(sub.msg_type, sub.raw)
+    except Exception:  # noqa: BLE001 - rclpy's InvalidHandle: the subscription was destroyed
+        return None
+    if info is None:
+        return None
+    if cb is not None:
+        received = info[1].get("received_timestamp") if len(info) > 1 and info[1] else None
+        cb.arrival(int(received) if received else time.monotonic_ns())
+    args = (info[0],) if sub._callback_type is Subscription.CallbackType.MessageOnly else tuple(info)
+
+    async def _execute() -> None:
+        r = sub.callback(*args)
+        if hasattr(r, "__await__"):
+            await r
+    _execute.args = args   # type: ignore[attr-defined]
+    return _execute
+
+
+def due_timers(nodes: Iterable[Any]) -> Iterator[tuple[Timer, Any]]:
+    """The nodes' timers that have expired and are not queued (one C call a timer), whose group may run."""
+    for node in nodes:
+        for tmr in node.timers:
+            if tmr._executor_event or tmr.callback_group is None:
+                continue
+            try:
+                with tmr.handle:
+                    ready = tmr.handle.is_timer_ready()
+            except InvalidHandle:
+                continue
+            if ready and tmr.callback_group.can_execute(tmr):
+                yield tmr, node

@@ -28,21 +28,20 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.exceptions import InvalidHandle
 from rclpy.executors import (ConditionReachedException, Executor, ExternalShutdownException, ShutdownException,
                              TimeoutException, TimeoutObject)
 from rclpy.subscription import Subscription
 from rclpy.task import Future, Task
 
-from ...sched.events import REACT_ABORT, REACT_DEGRADE, REACT_NONE, REACT_SKIP
 from ...sched.events import EventKind as K
 from ...sched.policy import as_policy
 from .config import ExecutorConfig, load_config
-from .entities import awaits_pending, describe, drop, read_graph
+from .book import Book
+from .entities import awaits_pending, drop, due_timers, read_graph, take_message
 from .jobs import Callback, Job, ReadyQueue, judge, late_at_start, rank
+from .record import trace_abort, trace_end
 from .waitset import wait_ready
 
-_REACT = {"none": REACT_NONE, "skip": REACT_SKIP, "abort": REACT_ABORT, "degrade": REACT_DEGRADE}
 _DRAIN_NS = 1_000_000_000   # the trace ring is drained at most once a second, before the executor waits
 _Timeout = Optional[Union[float, TimeoutObject]]
 
@@ -59,8 +58,7 @@ class DeadlineExecutor(Executor):
         self.workers = int(workers or self.config.workers)
         self._queue = ReadyQueue(self.policy)
         self._cond = threading.Condition()
-        self._callbacks: dict[Any, Callback] = {}      # entity -> its Callback
-        self._names: set[str] = set()
+        self._book = Book(self.config, self._ranks_changed)   # entity -> its Callback, its timing's layers
         self._queued: dict[Task, Job] = {}             # handlers released and not yet run
         self._started: dict[Task, Job] = {}            # handlers run once and suspended (a coroutine awaiting)
         self._busy: set[int] = set()                   # mutually exclusive groups held by a running job
@@ -93,39 +91,38 @@ class DeadlineExecutor(Executor):
     def callbacks(self) -> dict[str, Callback]:
         """Every callback seen so far, by name (``node/timer:100ms``, ``node/sub:/topic``, ...)."""
         with self._cond:
-            return {c.name: c for c in self._callbacks.values()}
+            return {c.name: c for c in self._book.callbacks.values()}
 
     def stats(self) -> dict[str, dict[str, int]]:
         """Per-callback counts: released, missed, overruns, skipped, aborted, degraded, errors."""
         return {n: c.stats() for n, c in sorted(self.callbacks().items())}
 
-    def _callback(self, entity: Any, node: Any) -> Callback:
-        cb = self._callbacks.get(entity)
-        if cb is not None:
-            return cb
-        kind, key, part = describe(entity)
-        names = (node.get_name(), node.get_fully_qualified_name()) if node is not None else ("",)
-        name = f"{names[0]}/{part}" if node is not None else part
-        base, n = name, 2
-        while name in self._names:
-            name, n = f"{base}#{n}", n + 1
-        self._names.add(name)
-        cb = Callback(name, kind, self.config.timing(names, kind, key), self.config.default_deadline_ns,
-                      period_ns=key if kind == "timer" else None)
-        self._callbacks[entity] = cb
+    def _ranks_changed(self) -> None:
+        """A callback was booked or its timing changed: RM/DM/FP rank again (lock held, or taken here)."""
         if self.policy.fixed:
-            rank(self.policy, self._callbacks.values())
-            self._queue.rekey()
-        return cb
+            with self._cond:
+                rank(self.policy, self._book.callbacks.values())
+                self._queue.rekey()
+
+    def add_node(self, node: Any) -> bool:
+        """Manage ``node``: its callbacks are booked now (a bad ``rt.*`` parameter is one line here)."""
+        added = super().add_node(node)
+        if added:
+            try:
+                with self._cond:
+                    self._book.add_node(node)
+            except Exception:
+                super().remove_node(node)   # refused whole: the node is not half managed
+                raise
+        return added
 
     def _make_handler(self, entity: Any, node: Any, take: Callable[[Any], Any]) -> Task:
         """rclpy's handler for a ready entity, released as a job (rclpy calls this from the wait loop)."""
         now = time.monotonic_ns()
         with self._cond:
-            cb = self._callback(entity, node)
-            if cb.graph_due(now) and read_graph(cb, entity, node, now) and self.policy.fixed:
-                rank(self.policy, self._callbacks.values())   # the advertised period changed: RM/DM re-rank
-                self._queue.rekey()
+            cb = self._book.get(entity, node)
+            if cb.graph_due(now) and read_graph(cb, entity, node, now):
+                self._ranks_changed()   # the advertised period changed
             release = now
             if cb.kind == "timer":   # the timer's expiry, not when the wait noticed it
                 due = entity.time_until_next_call()
@@ -161,25 +158,7 @@ class DeadlineExecutor(Executor):
 
     def _take_subscription(self, sub: Subscription) -> Any:
         """rclpy's take, plus the middleware's receive time (the arrival a derived deadline is measured on)."""
-        try:
-            with sub.handle:
-                info = sub.handle.take_message(sub.msg_type, sub.raw)
-        except Exception:  # noqa: BLE001 - rclpy's InvalidHandle: the subscription was destroyed
-            return None
-        if info is None:
-            return None
-        cb = self._callbacks.get(sub)
-        if cb is not None:
-            received = info[1].get("received_timestamp") if len(info) > 1 and info[1] else None
-            cb.arrival(int(received) if received else time.monotonic_ns())
-        args = (info[0],) if sub._callback_type is Subscription.CallbackType.MessageOnly else tuple(info)
-
-        async def _execute() -> None:
-            r = sub.callback(*args)
-            if hasattr(r, "__await__"):
-                await r
-        _execute.args = args   # type: ignore[attr-defined] - what a degraded release hands the fallback
-        return _execute
+        return take_message(sub, self._book.callbacks.get(sub))
 
     def _eligible(self, job: Job) -> bool:
         g = job.entity.callback_group if job.entity is not None else None
@@ -211,10 +190,7 @@ class DeadlineExecutor(Executor):
             cb.aborted += 1
             cb.missed += 1
             if emit is not None:
-                t = t0 - self._t0
-                emit(K.MISS, t, cb.name, job.index, -1, 0)
-                emit(K.REACTION, t, cb.name, job.index, REACT_ABORT, 0)
-                emit(K.ABORT, t, cb.name, job.index, -1, 0)
+                trace_abort(emit, t0 - self._t0, job)
         elif emit is not None and not cont:
             emit(K.START, t0 - self._t0, cb.name, job.index, worker, int(job.action == "degrade"))
             emit(K.OP_START, t0 - self._t0, cb.name, job.index, 0, worker)
@@ -236,15 +212,7 @@ class DeadlineExecutor(Executor):
         if exc is not None:
             cb.errors += 1
         if verdict is not None and emit is not None:
-            t, name, j = t1 - self._t0, cb.name, job.index
-            emit(K.OP_END, t, name, j, 0, worker)
-            emit(K.FINISH, t, name, j, t1 - t0, worker)
-            if verdict.overran:
-                emit(K.OVERRUN, t, name, j, t1 - t0, cb.timing.budget_ns or 0)
-            if verdict.missed:
-                emit(K.MISS, t, name, j, worker, 1)
-            if verdict.reaction != "none":
-                emit(K.REACTION, t, name, j, _REACT[verdict.reaction], int(verdict.reaction == "degrade"))
+            trace_end(emit, t1 - self._t0, job, t1 - t0, worker, verdict)
         if exc is not None:
             raise exc
 
@@ -274,7 +242,7 @@ class DeadlineExecutor(Executor):
                         self._queue.push(cont)
                         self._cond.notify()
                         continue
-                    cb = self._callback(entity, node)
+                    cb = self._book.get(entity, node)
                     job = cb.release(time.monotonic_ns(), False)
                     job.handler, job.entity, job.node = handler, entity, node
                     self._queued[handler] = job
@@ -314,17 +282,8 @@ class DeadlineExecutor(Executor):
         """Release every timer that has expired since the last wait, without a wait (one C call a timer): a
         periodic job is released at its expiry and overtakes the queued, less urgent ones, while
         subscriptions wait for the next wait (the costly part; docs/BENCHMARKS.md)."""
-        for node in self.get_nodes():
-            for tmr in node.timers:
-                if tmr._executor_event or tmr.callback_group is None:
-                    continue
-                try:
-                    with tmr.handle:
-                        ready = tmr.handle.is_timer_ready()
-                except InvalidHandle:
-                    continue
-                if ready and tmr.callback_group.can_execute(tmr):
-                    self._make_handler(tmr, node, self._take_timer)
+        for tmr, node in due_timers(self.get_nodes()):
+            self._make_handler(tmr, node, self._take_timer)
 
     def spin_once(self, timeout_sec: Optional[float] = None) -> None:
         """Wait for work (at most ``timeout_sec``) and run the most urgent ready callback."""
@@ -383,6 +342,7 @@ class DeadlineExecutor(Executor):
         """Stop managing ``node``: its queued jobs are dropped and its entities waited on again elsewhere."""
         super().remove_node(node)
         with self._cond:
+            self._book.remove_node(node)
             for job in self._queue.remove(lambda j: j.node is not node):
                 self._queued.pop(job.handler, None)
                 drop(job)

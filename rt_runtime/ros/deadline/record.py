@@ -8,9 +8,35 @@ the longest execution observed (so no job counts as an overrun of a budget nobod
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
-_BIG = 1 << 62
+from ...sched.events import REACT_ABORT, REACT_DEGRADE, REACT_NONE, REACT_SKIP
+from ...sched.events import EventKind as K
+from .jobs import Job, Verdict
+
+_REACT = {"none": REACT_NONE, "skip": REACT_SKIP, "abort": REACT_ABORT, "degrade": REACT_DEGRADE}
+Emit = Callable[[int, int, str, int, int, int], None]   # TraceRing.emit: kind, t, task, job, a, b
+
+
+def trace_abort(emit: Emit, t: int, job: Job) -> None:
+    """A job dropped at its start, past its deadline: MISS, REACTION abort, ABORT."""
+    name, j = job.cb.name, job.index
+    emit(K.MISS, t, name, j, -1, 0)
+    emit(K.REACTION, t, name, j, REACT_ABORT, 0)
+    emit(K.ABORT, t, name, j, -1, 0)
+
+
+def trace_end(emit: Emit, t: int, job: Job, exec_ns: int, worker: int, verdict: Verdict) -> None:
+    """A job that returned: OP_END, FINISH, and its verdict (OVERRUN, MISS, REACTION)."""
+    name, j = job.cb.name, job.index
+    emit(K.OP_END, t, name, j, 0, worker)
+    emit(K.FINISH, t, name, j, exec_ns, worker)
+    if verdict.overran:
+        emit(K.OVERRUN, t, name, j, exec_ns, job.cb.timing.budget_ns or 0)
+    if verdict.missed:
+        emit(K.MISS, t, name, j, worker, 1)
+    if verdict.reaction != "none":
+        emit(K.REACTION, t, name, j, _REACT[verdict.reaction], int(verdict.reaction == "degrade"))
 
 
 def trace_meta(ex: Any) -> dict[str, Any]:
