@@ -125,10 +125,14 @@ class Watchdog:
     def stall_in(self, worker: int, ts: Any, index: int, op: int, t: int) -> None:
         """Report a worker stuck in task ``ts``'s op ``op`` of job ``index`` (-1: a speculative op)."""
         ts.c.stalls += 1
+        # Seen on the wall clock (the watchdog thread): the count is in the diagnostics and the safety
+        # monitor reacts to it, so what is published now depends on how long the op took.
+        what = f"job {index}" if index >= 0 else "speculation"
+        self.s.mark_nondeterministic(t, f"worker {worker} stalled in task '{ts.name}' {what}")
         self.stalled[worker] = (ts.name, index, t)
         self.s.emit(EventKind.STALL, t, ts.name, index, worker, op)
         log.warning("rt_runtime.sched: worker %d stalled in task '%s' %s, op %d (detected at t=%dns)",
-                    worker, ts.name, f"job {index}" if index >= 0 else "speculation", op, t)
+                    worker, ts.name, what, op, t)
         if self.on_stall is not None:
             self.on_stall(worker, ts.name, index, t)
 
