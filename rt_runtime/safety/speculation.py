@@ -145,7 +145,8 @@ class Speculator:
 
     # ---- the release (Scheduler.release) -------------------------------------------------------
     def on_release(self, job: Any, r: int) -> bool:
-        """Validate the cached hypotheses against the job's snapshot; True: committed, job finished at r."""
+        """Validate the cached hypotheses against the job's snapshot; True: a hit, its outputs filled into the
+        job's slots (the scheduler then finishes the job at r)."""
         s, ts, c = self.s, self.ts, self.c
         self.abandon()
         hit = None
@@ -176,8 +177,6 @@ class Speculator:
         views = ex.outputs
         for i, (gout, ch) in enumerate(ts.writers):
             outs[i] = ch.fill(outs[i], views[gout])
-        job.start_ns = r
-        s.finish(job, r, ts.worker)
         return True
 
     def _reset(self) -> None:
@@ -293,7 +292,7 @@ class Speculator:
         """The hypothesis to advance by one op, if that op is expected to end before ``t_next``
         (scheduler state read: call under the scheduler's lock); None if nothing fits."""
         ts = self.ts
-        if ts.mode or ts.active or self.running or self.s.workers[ts.worker].pending is not None:
+        if ts.mode or ts.active or self.running or self.s.workers[ts.worker].op_job is not None:
             return None
         release = ts.offset + ts.next_index * ts.period
         b = self.basis(release)

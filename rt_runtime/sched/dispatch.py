@@ -34,8 +34,8 @@ _pop, _push = heapq.heappop, heapq.heappush
 class Worker:
     """One worker: a ready queue (heap on the policy's key), its current job, the op in flight."""
 
-    __slots__ = ("index", "cpu", "ready", "current", "cond", "pending", "busy_until", "in_op", "op_t0",
-                 "op_seq", "stalled", "thread", "budget_at", "spec")
+    __slots__ = ("index", "cpu", "ready", "current", "cond", "op_job", "op_index", "op_last", "op_error",
+                 "busy_until", "in_op", "op_t0", "op_seq", "stalled", "thread", "budget_at", "spec")
 
     def __init__(self, index: int, cpu: int | None = None) -> None:
         self.index = index
@@ -43,11 +43,16 @@ class Worker:
         self.ready: list[tuple[tuple, RunJob]] = []
         self.current: RunJob | None = None
         self.cond: threading.Condition | None = None   # threaded mode: notified on a release
-        self.pending: tuple | None = None              # inline mode: the op in flight
+        # The op in flight (inline mode: ``op_job`` is None when there is none), fields rather than a
+        # record: set once per op on the hot path, with no allocation.
+        self.op_job: RunJob | None = None              # its job
+        self.op_index = 0                              # the last op index of the step (run_op may run several)
+        self.op_last = False                           # it is the job's last op
+        self.op_error: BaseException | None = None     # what it raised
         self.busy_until = 0                            # inline mode: when that op completes
         self.budget_at = 1 << 62                       # inline mode: when it overruns its job's budget
         self.in_op = False                             # threaded mode, read by the watchdog thread
-        self.op_t0 = 0
+        self.op_t0 = 0                                 # when the op in flight started (both modes)
         self.op_seq = 0
         self.stalled = False
         self.thread: Any = None

@@ -45,11 +45,11 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
             s.drain_inbox()
         if single is not None:
             t_op = (single.busy_until if single.budget_at == _INF else single.budget_at) \
-                if single.pending is not None else _INF
+                if single.op_job is not None else _INF
         else:
             t_op = _INF
             for w in workers:
-                if w.pending is not None:
+                if w.op_job is not None:
                     if w.busy_until < t_op:
                         t_op = w.busy_until
                     if w.budget_at < t_op:
@@ -62,11 +62,12 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
             for w in workers:
                 if w.budget_at == t_op:   # the budget runs out mid-op: the watchdog sees it now
                     w.budget_at = _INF
-                    s.watchdog.overrun(w.pending[0], t_op, w.pending[0].ts.wcet)
+                    s.watchdog.overrun(w.op_job, t_op, w.op_job.ts.wcet)
                     continue
-                if w.pending is not None and w.busy_until == t_op:
-                    job, idx, t0, done, err = w.pending
-                    w.pending = None
+                job = w.op_job
+                if job is not None and w.busy_until == t_op:
+                    idx, t0, done, err = w.op_index, w.op_t0, w.op_last, w.op_error
+                    w.op_job = w.op_error = None
                     if job.comp is not None:   # deferred: its outputs are filled by its computation
                         if done:
                             err = par.at_finish(job, t_op)
@@ -77,7 +78,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
         if now <= t_end:
             started = False
             for w in workers:
-                if w.pending is not None:
+                if w.op_job is not None:
                     continue
                 job = next_job(s, w, now)
                 if job is None:
@@ -89,7 +90,7 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                     idx = job.ops_done
                     t0 = now
                     w.busy_until = t1 = now + cost(job.ts.name, job.index, idx, job.executor.graph.ops[idx], 0)
-                    w.pending = (job, idx, now, idx >= job.last_op, None)
+                    w.op_job, w.op_index, w.op_t0, w.op_last = job, idx, now, idx >= job.last_op
                 elif virtual:
                     m0 = mono()
                     first = job.ops_done
@@ -109,12 +110,12 @@ def run_inline(s: Any, clock: Any, cost: Any, t_end: int) -> None:
                             dt += cost(job.ts.name, job.index, i, ops[i], per)
                     t0 = now
                     w.busy_until = t1 = now + dt
-                    w.pending = (job, idx, now, done, err)
+                    w.op_job, w.op_index, w.op_t0, w.op_last, w.op_error = job, idx, now, done, err
                 else:
                     t0 = now_fn()
                     idx, done, err = run_op(job)
                     w.busy_until = t1 = now_fn()
-                    w.pending = (job, idx, t0, done, err)
+                    w.op_job, w.op_index, w.op_t0, w.op_last, w.op_error = job, idx, t0, done, err
                 if not job.overrun and job.exec_ns + (t1 - t0) > job.ts.wcet:
                     w.budget_at = t0 + max(0, job.ts.wcet - job.exec_ns)
             if started:

@@ -267,8 +267,10 @@ class Scheduler(JobEnds):
             open_instance(self, job, r)   # the whole chain publishes at r + its deadline
         _push(self.timeline, new_entry((job.deadline_ns, PUBLISH, ts.name, job.index, job, -1)))
         if ts.spec is not None and ts.spec.on_release(job, r):
-            # A cached hypothesis matched: its outputs are committed, the job finished at r. Its worker,
-            # idle, may speculate for the next release now.
+            # A cached hypothesis matched and filled the job's outputs: it finishes at r, here, as any job
+            # does. Its worker, idle, may speculate for the next release now.
+            job.start_ns = r
+            self.finish(job, r, ts.worker)
             cond = self.workers[ts.worker].cond
             if cond is not None:
                 cond.notify()
