@@ -237,3 +237,12 @@ def test_the_layout_plots_only_channels_and_fields_the_live_view_serves() -> Non
     panels = layout["configById"]
     assert set(panels["3D!scene"]["topics"]) == drawn   # the 3D panel draws the trajectory and the objects
     assert {p.split("!")[0] for p in panels} >= {"Plot", "StateTransitions", "3D", "RawMessages", "Table"}
+
+
+def test_a_failed_run_removes_its_mcap_and_leaves_no_staging_behind(tmp_path) -> None:
+    from rt_runtime.live.foxglove import FoxgloveLive
+
+    live = FoxgloveLive(serve=False, mcap=tmp_path / "gone.mcap", tasks=("T",))
+    live.emit(K.RELEASE, 0, "T", 0)
+    live.close(discard=True)
+    assert list(tmp_path.iterdir()) == []

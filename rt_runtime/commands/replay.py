@@ -287,10 +287,10 @@ def run(args: argparse.Namespace) -> int:
                 keys.close()   # the terminal as it was
             if fox is not None:
                 fox.close(stop_server=False)   # the live view's server: live.close stops it
-            if live is not None:   # an interrupted run (or a failed one) keeps its MCAP, marked partial
+            if live is not None:   # an interrupted run keeps its MCAP, marked partial; a failed one removes it
                 cut = result.extra.get("interrupted") if result is not None else None
-                live.close(partial="the replay failed" if result is None else
-                           f"interrupted by {cut} after {result.duration_s:.3f} s" if cut else None)
+                live.close(partial=f"interrupted by {cut} after {result.duration_s:.3f} s" if cut else None,
+                           discard=result is None)
     except (ConfigError, ReplayError, BagError, ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None
     interrupted = result.extra.get("interrupted")

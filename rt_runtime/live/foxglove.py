@@ -93,6 +93,7 @@ class FoxgloveLive:
         self.tap = OutputTap(spec.routes, spec.hz, self.output) if spec.routes else None
         self.stamp: Callable[[int], int] = lambda t: t   # the log time of a logical instant (``attach``)
         self.last_t = 0
+        self.cpu_s = 0.0   # the server thread's CPU time, once it stopped (bench/bench_live.py)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="rt-foxglove", daemon=True)
         self.thread.start()
@@ -181,10 +182,12 @@ class FoxgloveLive:
             self._drain()
             if live.has_sinks():
                 live.log(self.counts(), log_time=self.stamp(self.last_t))
+        self.cpu_s = time.thread_time()
 
-    def close(self, partial: str | None = None) -> None:
+    def close(self, partial: str | None = None, discard: bool = False) -> None:
         """Send what is queued and the jobs still open, stop the server, finish the MCAP file (``partial``:
-        why the run ended early, written into its ``rt_runtime`` metadata record); idempotent."""
+        why the run ended early, written into its ``rt_runtime`` metadata record; ``discard``: remove it, the
+        run failed); idempotent."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -199,6 +202,8 @@ class FoxgloveLive:
                 # paid once, at the end, and only with a client connected (or an MCAP file: a sink as well).
                 time.sleep(CLOSE_GRACE_S)
             self.server.stop()
+        if discard:
+            self._discard_mcap()
         if self.mcap is not None:
             self.mcap.write_metadata("rt_runtime", {"partial": "true" if partial else "false",
                                                     "why": partial or "", **self.counts_text()})
