@@ -254,3 +254,25 @@ def test_foxgloves_playback_controls_pause_seek_and_speed_the_player(short_bag, 
     text = log.read_text()
     assert sum("Foxglove: seek: expected a time from" in line for line in text.splitlines()) == 1, text
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--foxglove", "host:port"], "--foxglove: expected [HOST:]PORT"),
+    (["--foxglove", "PORT_IN_USE"], "in use"),
+    (["--step-period", "0"], "--step-period: expected seconds above 0 up to 3600")])
+def test_a_bad_foxglove_endpoint_a_busy_port_or_a_bad_step_period_is_one_line(short_bag, tmp_path, extra,  # noqa: F811
+                                                                             expected) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        args = [str(short_bag), "--topics", ODOM, *[str(port) if a == "PORT_IN_USE" else a for a in extra]]
+        proc = start_play(args, 189, tmp_path / "play.log")
+        try:
+            assert proc.wait(60) == 2
+        finally:
+            finish(proc)
+    lines = [ln for ln in (tmp_path / "play.log").read_text().splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0], lines
