@@ -123,13 +123,22 @@ def test_pause_step_seek_and_rate_over_the_services_change_what_is_published(sho
             assert odom_stamps(probe) == [s for _, s in odom[:3]]
             assert clocks(probe)[-1] == odom[2][0]
 
+            # One period (--step-period 0.1): the messages in the next 0.1 s of the bag, no more.
+            res = calls.trigger("play_period")
+            assert res.success, res.message
+            period = [s for t, s in odom if odom[2][0] < t <= odom[2][0] + S // 10]
+            assert probe.spin_until(lambda: len(odom_stamps(probe)) >= 3 + len(period), 20)
+            probe.spin_for(0.5)
+            assert odom_stamps(probe) == [s for _, s in odom[:3]] + period and len(period) == 5
+            first = 3 + len(period)
+
             # Seek to 2 s (the seek parameter, seconds from the start): the next message is the first at or after.
             res = calls.set("seek", 2.0)
             assert res.successful, res.reason
             assert calls.trigger("play_next").success
-            assert probe.spin_until(lambda: len(odom_stamps(probe)) >= 4, 20)
+            assert probe.spin_until(lambda: len(odom_stamps(probe)) >= first + 1, 20)
             after = [(t, s) for t, s in odom if t >= start + 2 * S]
-            assert odom_stamps(probe)[3] == after[0][1]
+            assert odom_stamps(probe)[first] == after[0][1]
             # /clock is another topic: its tick for that message may arrive just after the message
             assert probe.spin_until(lambda: clocks(probe)[-1] == after[0][0], 10), clocks(probe)[-5:]
 
@@ -161,12 +170,12 @@ def test_pause_step_seek_and_rate_over_the_services_change_what_is_published(sho
             assert calls.set("rate", 4.0).successful
             assert calls.trigger("resume").success
             assert probe.spin_until(lambda: proc.poll() is not None, 30), log.read_text()
-            probe.spin_until(lambda: len(odom_stamps(probe)) >= 3 + len(after), 10)
+            probe.spin_until(lambda: len(odom_stamps(probe)) >= first + len(after), 10)
     finally:
         finish(proc)
     assert proc.returncode == 0, log.read_text()
     got = odom_stamps(probe)
-    assert got == [s for _, s in odom[:3]] + [s for _, s in after], log.read_text()
+    assert got == [s for _, s in odom[:3]] + period + [s for _, s in after], log.read_text()
 
 
 PLAYBACK_STATE, TIME = 0x05, 0x02       # server binary opcodes (foxglove.sdk.v1)

@@ -120,8 +120,8 @@ class Player:
                     break
                 ctl.update(lambda pb, now: C.seek(pb, now, pb.start_ns))   # the clock jumps back
                 continue
-            if pb.paused:
-                if pb.steps and ctl.take_step(pending.t_ns):
+            if pb.paused:   # what lies up to the held instant goes out (a period step, a pause behind): no more
+                if pending.t_ns <= pb.anchor_bag_ns or (pb.steps and ctl.take_step(pending.t_ns)):
                     self._publish(pending)
                     pending = next(messages, None)
                     continue
