@@ -1,6 +1,9 @@
 """What `replay --foxglove` costs: the built-in scenario's first ``RT_BENCH_LIVE_S`` seconds (default 5)
 replayed at ``--speed max`` (budget timing, one digest) without the live view (the anchor, measured in the
-same run), with it and no client, and with a Foxglove protocol client subscribed to every channel.
+same run), with it and no client, with a Foxglove protocol client subscribed to every channel, and with
+``--foxglove-mcap`` alone (no server: every channel written to a file). Every channel of the stack is on:
+jobs, windows, safety, degraded tasks, speculation, chain latencies and the trajectory and objects at the
+default 10 Hz (``live.channels.LiveSpec.of``).
 
 Wall time of ``replay()`` per variant, the median of ``RT_BENCH_REPEATS`` (default 5) runs, interleaved so
 load on a shared machine hits every variant alike; the digest of each variant, and the events the view
@@ -14,12 +17,15 @@ import asyncio
 import json
 import os
 import statistics
+import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import websockets
 
 from rt_runtime.commands.replay import stack_for_bag
+from rt_runtime.live.channels import LiveSpec
 from rt_runtime.live.foxglove import FoxgloveLive
 from rt_runtime.replay import replay
 from rt_runtime.replay.defaults import default_bag, default_config
@@ -53,7 +59,9 @@ def client(url: str, ready: threading.Event, counts: dict[str, int]) -> None:
 
 def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
     """One replay: wall time, digest, the view's counts."""
-    live = FoxgloveLive("127.0.0.1", 0) if variant != "none" else None
+    spec = LiveSpec.of(cfg)
+    mcap = Path(tempfile.mkdtemp(prefix="bench-live-")) / "live.mcap" if variant == "mcap" else None
+    live = None if variant == "none" else FoxgloveLive("127.0.0.1", 0, spec=spec, serve=mcap is None, mcap=mcap)
     counts: dict[str, int] = {}
     th = None
     if variant == "client":
@@ -64,17 +72,38 @@ def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
     r = replay(bag, cfg, until_s=SECONDS, listeners=[live] if live is not None else ())
     if live is not None:
         live.close()
-        counts.update(events=live.events, dropped=live.dropped)
+        counts.update(events=live.events, dropped=live.dropped + live.dropped_outputs, outputs=live.outputs,
+                      cpu_ms=round(live.cpu_s * 1e3))
+        if mcap is not None:
+            counts["messages"] = -1   # written to the file, not counted here
+            mcap.unlink()
+            mcap.parent.rmdir()
     if th is not None:
         th.join(30)
     return r.wall_s, r.output_digest, counts
+
+
+def emit_ns() -> float:
+    """What one ``emit`` costs the scheduler's thread (a folded kind, queued), ns: the hot path's share."""
+    import time
+
+    from rt_runtime.sched.events import EventKind as K
+
+    live = FoxgloveLive("127.0.0.1", 0, serve=False, capacity=1 << 30)
+    live._stop.set()   # nothing drains: only the append is timed
+    live.thread.join()
+    n = 200_000
+    t0 = time.perf_counter_ns()
+    for i in range(n):
+        live.emit(K.FINISH, i, "planning", i, 0, 0)
+    return (time.perf_counter_ns() - t0) / n
 
 
 def main() -> None:
     """Print the table."""
     bag = default_bag()
     cfg = stack_for_bag(default_config(), bag)
-    variants = ("none", "no client", "client")
+    variants = ("none", "no client", "client", "mcap")
     walls: dict[str, list[float]] = {v: [] for v in variants}
     info: dict[str, tuple[str, dict[str, int]]] = {}
     once(bag, cfg, "none")   # warm: the first replay of the process pays imports and caches
@@ -84,13 +113,18 @@ def main() -> None:
             walls[v].append(wall)
             info[v] = (digest, counts)
     anchor = statistics.median(walls["none"])
+    per_emit = statistics.median(emit_ns() for _ in range(5))
     print(f"built-in scenario, first {SECONDS:g} s at --speed max, median of {REPEATS} interleaved runs")
-    print(f"{'variant':<12} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} {'msgs':>7}")
+    print(f"{'variant':<12} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} "
+          f"{'msgs':>7} {'view cpu ms':>11} {'emits ms':>9}")
     for v in variants:
         m = statistics.median(walls[v])
         digest, c = info[v]
+        hot = c.get("events", 0) * per_emit / 1e6   # what the appends cost the scheduler's thread
         print(f"{v:<12} {m:>8.3f} {100 * (m / anchor - 1):>+7.1f}% {min(walls[v]):>7.3f} {digest[:16]:>18} {c.get('events', 0):>8} "
-              f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7}")
+              f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7} {c.get('cpu_ms', 0):>11} {hot:>9.2f}")
+    print(f"one emit: {per_emit:.0f} ns (median of 5 x 200,000 appends); 'emits ms' = events x that, on the "
+          "scheduler's thread; 'view cpu ms' = the server thread's CPU (folding, building, logging), off it")
 
 
 if __name__ == "__main__":
