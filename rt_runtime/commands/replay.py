@@ -274,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
         if fox is not None and live is not None and live.server is not None:
             fox.bind(live.server)
         keys = _keys(control) if control is not None else None
+        if keys is None and fox is None:
+            control = None   # nothing can send a command: the feed is not gated at all
         result = None
         try:
             result = replay(bag, cfg, out=args.out, speed=speed, workers=args.workers, trace=args.trace,
