@@ -285,3 +285,47 @@ def test_a_bad_foxglove_endpoint_a_busy_port_or_a_bad_step_period_is_one_line(sh
             finish(proc)
     lines = [ln for ln in (tmp_path / "play.log").read_text().splitlines() if ln.strip()]
     assert len(lines) == 1 and expected in lines[0], lines
+
+
+def test_keys_on_a_terminal_step_the_player_and_ctrl_c_stops_it_with_the_terminal_as_it_was(short_bag) -> None:  # noqa: F811
+    import pty
+    import select
+    import termios
+
+    env = {**os.environ, "ROS_DOMAIN_ID": "190", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    pid, fd = pty.fork()   # the child's controlling terminal: Ctrl-C there is its SIGINT
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "rt_runtime.cli", "play", str(short_bag), "--topics", ODOM,
+                                   "--paused"], env)
+    out = b""
+
+    def read_until(text: bytes, timeout: float = 60) -> bool:
+        nonlocal out
+        end = time.monotonic() + timeout
+        while text not in out and time.monotonic() < end:
+            if select.select([fd], [], [], 0.1)[0]:
+                try:
+                    out += os.read(fd, 4096)
+                except OSError:
+                    break
+        return text in out
+
+    try:
+        before = termios.tcgetattr(fd)
+        assert read_until(b"keys: space: pause / resume"), out
+        assert not termios.tcgetattr(fd)[3] & termios.ICANON       # cbreak: keys one by one
+        os.write(fd, b"s\x1b[Cs")                                   # three steps, one an arrow key
+        time.sleep(1.0)
+        os.write(fd, b"\x03")                                       # Ctrl-C
+        assert read_until(b"at most"), out
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.waitstatus_to_exitcode(status) == 0, out
+        assert b": 3 messages on 1 topics" in out and b"Traceback" not in out, out
+        assert termios.tcgetattr(fd) == before                     # the terminal given back as it was
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        os.close(fd)

@@ -16,7 +16,7 @@ from . import control as C
 SEEK_S = 5            # [ and ] seek this far back and on
 RATE_STEP = 1.1       # + and - (or up and down) multiply the rate by this, as rosbag2's keys do (10 %)
 UP, DOWN, RIGHT, LEFT = "\x1b[A", "\x1b[B", "\x1b[C", "\x1b[D"
-KEYS = {" ": "pause / resume", "s or →": "play the next message (paused)", "n": "play one period (paused)",
+KEYS = {"space": "pause / resume", "s or →": "play the next message (paused)", "n": "play one period (paused)",
         "+ or ↑": f"rate x{RATE_STEP:g}", "- or ↓": f"rate /{RATE_STEP:g}",
         "]": f"seek {SEEK_S} s on", "[ or ←": f"seek {SEEK_S} s back"}
 HELP = "keys: " + "; ".join(f"{k}: {v}" for k, v in KEYS.items()) + "; Ctrl-C: stop"
