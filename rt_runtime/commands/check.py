@@ -1,5 +1,8 @@
 """`rt-runtime check FILE [--json]`: schedulability analysis of a task set, as it runs.
 
+``rt-runtime check --trace RUN.rttrace [--executor CFG]``: the same analysis of a DeadlineExecutor run's
+callbacks with the execution times its trace observed (``analysis.executor_check``, docs/ROS.md).
+
 Reads a full configuration or a file with only ``policy:``, ``tasks:`` (and ``chains:``), derives each
 task's releases from what triggers it and analyses each worker (``analysis.e2e``, docs/ANALYSIS.md),
 prints utilization, each task's release model, worst-case response time, deadline, slack and
@@ -34,7 +37,11 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
         "With steal: true every task may also wait for one op of a job its worker took from another "
         "(docs/ANALYSIS.md, 'Work-conserving dispatch'). "
         "Exit status 0 when schedulable, 1 when not, 2 on invalid input.")
-    p.add_argument("file", metavar="FILE", help="YAML with policy: and tasks: (a full config also works)")
+    p.add_argument("file", metavar="FILE", nargs="?", help="YAML with policy: and tasks: (a full config also works)")
+    p.add_argument("--trace", metavar="RUN.rttrace", help="instead of FILE: the node graph of a DeadlineExecutor "
+                   "run, its callbacks with the execution times the trace observed (docs/ROS.md)")
+    p.add_argument("--executor", metavar="CFG", help="with --trace: the DeadlineExecutor's YAML file whose timing "
+                   "and policy replace the run's (default: the run's own)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of the table")
     return p
 
@@ -44,6 +51,14 @@ def run(args: argparse.Namespace) -> int:
     from ..config import ConfigError
     from ..core.task import TaskError
 
+    if args.trace is not None or args.executor is not None:
+        if args.file is not None or args.trace is None:
+            return _usage_error("give FILE (a stack file) or --trace RUN.rttrace [--executor CFG] (a DeadlineExecutor "
+                                "run), not both" if args.file is not None else "--executor needs --trace RUN.rttrace "
+                                "(the run whose observed times are analysed)")
+        return run_executor(args)
+    if args.file is None:
+        return _usage_error("FILE is missing: a stack file, or --trace RUN.rttrace for a DeadlineExecutor run")
     try:
         check_runtime_keys(args.file)
         report = analyse_file(args.file)
@@ -62,6 +77,55 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(report, str(args.file), mode))
     return 0 if report.schedulable and (mode is None or mode.schedulable) else 1
+
+
+def run_executor(args: argparse.Namespace) -> int:
+    """``--trace RUN.rttrace [--executor CFG]``: the callbacks of a DeadlineExecutor run through the analysis with
+    their observed times (``analysis.executor_check``); 0 schedulable, 1 not, 2 invalid input."""
+    from ..analysis.e2e import analyze_system
+    from ..analysis.executor_check import NotExecutorTrace, executor_taskset, observed_times
+    from ..analysis.trace_rta import observed_rta, observed_taskset
+    from ..config.yamlfile import ConfigError
+    from ..core.task import TaskError
+    from ..ros.deadline.config import load_config
+    from ..trace import TraceFileError, load_trace
+
+    try:
+        cols, meta = load_trace(args.trace)
+    except TraceFileError as e:
+        return _usage_error(str(e))
+    try:
+        cfg = load_config(args.executor) if args.executor else None
+        policy, tasks, notes = executor_taskset(meta, cfg)
+    except ConfigError as e:
+        return _usage_error(str(e))
+    except NotExecutorTrace as e:
+        return _usage_error(f"{args.trace}: {e}")
+    except (KeyError, TypeError, ValueError) as e:   # TaskError too: a metadata value the analysis cannot take
+        return _usage_error(f"{args.trace}: its tasks_config cannot be analysed ({type(e).__name__}: {e})")
+    if not tasks:
+        return _usage_error(f"{args.trace}: the run booked no callbacks (nothing to analyse)")
+    exec_max = observed_times(cols, meta, [t.name for t in tasks])
+    rta = observed_rta(tasks, exec_max, exec_max, policy)
+    if rta["schedulable"] is None:
+        return _usage_error(f"{args.trace}: {rta['error']}")
+    source = f"{args.trace} (DeadlineExecutor callbacks, observed worst cases" + \
+        (f", timing from {args.executor})" if args.executor else ")")
+    if args.json:
+        print(json.dumps({"trace": str(args.trace), "executor": args.executor, **rta, "notes": rta["notes"] + notes},
+                         indent=2, allow_nan=False))
+    else:
+        try:
+            report = analyze_system(observed_taskset(tasks, exec_max, exec_max, policy), policy, [], None, None,
+                                    None, exec_max)
+        except (TaskError, ValueError) as e:
+            return _usage_error(f"{args.trace}: {e}")
+        budgets = rta["check"]
+        lines = [render(report, source), *(f"note: {n}" for n in notes),
+                 f"with the budgets instead: {'SCHEDULABLE' if budgets['schedulable'] else 'NOT SCHEDULABLE'}"
+                 + (f" (can miss: {', '.join(budgets['can_miss'])})" if budgets["can_miss"] else ""), rta["verdict"]]
+        print("\n".join(lines))
+    return 0 if rta["schedulable"] else 1
 
 
 def check_runtime_keys(path: str) -> None:

@@ -55,6 +55,7 @@ class _Origin:
     key: str | None
     layers: dict[str, dict[str, Any]]
     rule: int | None
+    selector: dict[str, Any]   # what the file's entries select it by: node names, kind, topic/period/service
 
 
 @dataclass
@@ -89,7 +90,7 @@ class Book:
         self._names.add(name)
         cb = Callback(name, kind, timing, self.config.default_deadline_ns, period_ns=key if kind == "timer" else None)
         self.callbacks[entity] = cb
-        self._origins[name] = _Origin(node, pkey, layers, rule)
+        self._origins[name] = _Origin(node, pkey, layers, rule, {"node": list(names), "kind": kind, "key": key})
         self.changed()
         return cb
 
@@ -110,6 +111,12 @@ class Book:
         if held is not None:
             node.remove_on_set_parameters_callback(held[0])
             node.remove_post_set_parameters_callback(held[1])
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        """Per callback: what a file's entries select it by, and the keys its node's parameters gave (for
+        the trace: ``rt-runtime check --trace`` applies another file as this run would have)."""
+        return {n: {**o.selector, "parameter": sorted(o.layers.get("parameter") or {})}
+                for n, o in sorted(self._origins.items())}
 
     # --- parameters ---------------------------------------------------------------------------------------
     def _source(self, node: Any) -> str:

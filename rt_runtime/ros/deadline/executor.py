@@ -372,7 +372,9 @@ class DeadlineExecutor(Executor):
         if self._writer is None:
             return None
         from .record import trace_meta
-        self._writer.meta = trace_meta(self)
+        with self._cond:
+            described = self._book.described()
+        self._writer.meta = trace_meta(self, described)
         path = self._writer.close()
         self._writer = None
         self._emit = None
