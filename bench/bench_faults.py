@@ -19,8 +19,8 @@ from rt_runtime.config.stack import build_bindings
 from rt_runtime.exec import GraphExecutor
 from rt_runtime.exec.warmup import synthetic_inputs
 from rt_runtime.replay.defaults import default_bag, default_config
-from rt_runtime.safety.campaign import load_campaign, render, run_campaign, stack_under_test
-from rt_runtime.safety.harness import Harness, Scenario
+from rt_runtime.faults.campaign import load_campaign, render, run_campaign, stack_under_test
+from rt_runtime.faults.harness import Harness, Scenario
 from rt_runtime.safety.redundancy import RedundantExecutor
 from rt_runtime.safety.spec import RedundancySpec
 

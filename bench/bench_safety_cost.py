@@ -37,7 +37,7 @@ from rt_runtime.config.stack import parse_stack
 from rt_runtime.config.taskset import load_yaml, parse_taskset
 from rt_runtime.replay.defaults import default_bag, default_config
 from rt_runtime.safety import invariants
-from rt_runtime.safety.harness import Harness, Scenario
+from rt_runtime.faults.harness import Harness, Scenario
 from rt_runtime.safety.screen import Screen
 from rt_runtime.sched import zero_cost
 

@@ -1,6 +1,6 @@
 """The driver: the one adapter between a stack file (``StackConfig``) and the pure ``Runtime``.
 
-Replay (``replay.run``), the live node (``ros.node``), the fault campaign (``safety.harness``)
+Replay (``replay.run``), the live node (``ros.node``), the fault campaign (``faults.harness``)
 and the leak soak (``bench/leak_audit.py``) each feed a stack's ingress into a runtime and take its egress
 out; what they share lives here, so device, capture and stream rules are wired once:
 

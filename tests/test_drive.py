@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "rt_runtime"
 DRIVER = PACKAGE / "drive.py"
 # The drivers of a stack: each must build its runtime through the driver.
-ADAPTERS = ("replay/run.py", "ros/node.py", "safety/harness.py")
+ADAPTERS = ("replay/run.py", "ros/node.py", "faults/harness.py")
 
 
 def calls(path: Path, name: str) -> list[int]:

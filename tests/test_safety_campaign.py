@@ -21,9 +21,9 @@ from leak_audit import leaked, snapshot, soak  # noqa: E402 - bench/leak_audit.p
 from replay_fixtures import short_bag  # noqa: F401,E402 - a fixture
 from rt_runtime.cli import main
 from rt_runtime.replay.defaults import default_config
-from rt_runtime.safety.campaign import judge, load_campaign, published, stack_under_test
-from rt_runtime.safety.harness import Harness, Scenario
-from rt_runtime.safety.inject import FIELDS, INGRESS_CLASSES, OP_CLASSES, plan
+from rt_runtime.faults.campaign import judge, load_campaign, published, stack_under_test
+from rt_runtime.faults.harness import Harness, Scenario
+from rt_runtime.faults.inject import FIELDS, INGRESS_CLASSES, OP_CLASSES, plan
 from rt_runtime.sched.events import COMPARE_MATCH, EventKind
 
 MS = 1_000_000

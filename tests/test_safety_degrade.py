@@ -5,7 +5,7 @@ import torch
 
 from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.safety.degrade import DEGRADED, MINIMAL_RISK, NOMINAL, REASON, DegradeStateMachine
-from rt_runtime.safety.inject import Injection, Injector
+from rt_runtime.faults.inject import Injection, Injector
 from rt_runtime.safety.monitor import SafetyMonitor
 from rt_runtime.safety.redundancy import Redundant
 from rt_runtime.safety.spec import RedundancySpec

@@ -7,8 +7,8 @@ import torch
 
 from rt_runtime.config.taskset import ConfigError
 from rt_runtime.core import Graph, Op, Task, TensorSpec
-from rt_runtime.safety.campaign import parse_campaign
-from rt_runtime.safety.inject import (CLASSES, InjectedFault, Injection, Injector, OpHung, corrupt_bytes, flip_bit,
+from rt_runtime.faults.campaign import parse_campaign
+from rt_runtime.faults.inject import (CLASSES, InjectedFault, Injection, Injector, OpHung, corrupt_bytes, flip_bit,
                                       oversize, plan, poison)
 from rt_runtime.sched import EventKind, RecordingSink, Runtime, TaskBinding, declared_cost
 

@@ -9,7 +9,7 @@ import torch
 from rt_runtime.config import ConfigError
 from rt_runtime.config.taskset import parse_taskset
 from rt_runtime.core import Graph, Op, Task, TensorSpec
-from rt_runtime.safety.inject import FIELDS, Injection, Injector, field_bit, flip_bit, plan
+from rt_runtime.faults.inject import FIELDS, Injection, Injector, field_bit, flip_bit, plan
 from rt_runtime.safety.invariants import parse_checks, violation
 from rt_runtime.safety.redundancy import Redundant
 from rt_runtime.safety.spec import CHECK_COST_NS, parse_redundancy

@@ -8,7 +8,7 @@ from rt_runtime.config import ConfigError
 from rt_runtime.config.taskset import parse_taskset
 from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.safety.compare import outputs_equal, tensors_equal
-from rt_runtime.safety.inject import Injection, Injector, flip_bit
+from rt_runtime.faults.inject import Injection, Injector, flip_bit
 from rt_runtime.safety.redundancy import Redundant, RedundantExecutor
 from rt_runtime.safety.spec import RedundancySpec, parse_redundancy
 from rt_runtime.sched import EventKind, RecordingSink, Runtime, TaskBinding, declared_cost

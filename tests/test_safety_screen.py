@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rt_runtime.safety.inject import flip_bit
+from rt_runtime.faults.inject import flip_bit
 from rt_runtime.safety.invariants import CHECK_KEYS, parse_checks, violation
 from rt_runtime.safety.screen import Screen
 

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ..cli import UsageError
     from ..config import ConfigError
     from ..replay.defaults import default_bag, default_config
-    from ..safety.campaign import load_campaign, render, run_campaign, stack_under_test
+    from ..faults.campaign import load_campaign, render, run_campaign, stack_under_test
 
     try:
         campaign = load_campaign(args.campaign or default_campaign())

@@ -1,6 +1,8 @@
-"""Safety: time redundancy (compare / vote), fault injection campaigns, degrade modes (docs/SAFETY.md).
+"""Safety: the runtime's safety extensions: time redundancy (compare / vote), degrade modes, the
+supervisor, input screening and invariants, speculation (docs/SAFETY.md). The fault-injection campaign
+that exercises them drives the stack from outside, as replay does: ``rt_runtime.faults``.
 
-Light to import: the torch-dependent parts (``RedundantExecutor``, the campaign) load on first use.
+Light to import: the torch-dependent parts (``RedundantExecutor``, the monitor) load on first use.
 """
 from __future__ import annotations
 
@@ -9,9 +11,7 @@ from typing import Any
 from .degrade import DEGRADED, MINIMAL_RISK, NOMINAL, STATES, DegradeStateMachine
 from .spec import RedundancySpec, parse_redundancy
 
-_LAZY = {"RedundantExecutor": ".redundancy", "Redundant": ".redundancy", "SafetyMonitor": ".monitor",
-         "Injector": ".inject", "Injection": ".inject", "CampaignConfig": ".campaign", "run_campaign": ".campaign",
-         "load_campaign": ".campaign"}
+_LAZY = {"RedundantExecutor": ".redundancy", "Redundant": ".redundancy", "SafetyMonitor": ".monitor"}
 
 
 def __getattr__(name: str) -> Any:

@@ -48,7 +48,7 @@ class SafetyMonitor:
         self.detections: list[tuple[int, str, str]] = []   # (t, reason, task or channel)
         self._dirty = False                          # a fault since the planner's last publish
         self._missed: set[tuple[str, int]] = set()
-        self.inner = rt.sched.sink
+        self.inner = rt.sched.sink   # the sink before it (the tracer)
         self.tolerated = {n for n, ts in rt.sched.tasks.items() if ts.on_overrun.value == "none"}
         self._installed = False
 
@@ -157,8 +157,9 @@ class SafetyMonitor:
                 wd.degrade(ts, t_ns)
         elif tr.before == MINIMAL_RISK:
             wd.held.discard(self.planner)
-        if getattr(self.inner, "enabled", True):
-            self.inner.emit(_K.SAFETY, t_ns, self.planner, -1, tr.after, REASON[tr.reason])
+        # Through the scheduler's sink as it is now, not as it was when the monitor was made: a listener
+        # attached after it (the live view) hears the change too; this monitor ignores its own SAFETY.
+        s.emit(_K.SAFETY, t_ns, self.planner, -1, tr.after, REASON[tr.reason])
 
     def status(self) -> dict[str, Any]:
         """For diagnostics: the state machine's status plus silent sensors now."""

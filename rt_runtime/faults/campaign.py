@@ -29,7 +29,7 @@ import numpy as np
 from ..config.stack import StackConfig, parse_stack
 from ..config.taskset import ConfigError, load_yaml
 from ..core.units import DurationError, parse_duration
-from .degrade import DEGRADED, MINIMAL_RISK
+from ..safety.degrade import DEGRADED, MINIMAL_RISK
 from .harness import Harness, RunRecord, Scenario
 from .inject import CLASSES, INGRESS_CLASSES, OP_CLASSES, Injection, plan
 

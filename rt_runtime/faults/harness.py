@@ -35,9 +35,9 @@ from ..io.ingress import decode
 from ..sched import Runtime, TaskBinding, VirtualClock
 from ..sched.budget import BudgetCost
 from ..sched.events import EventKind
-from .degrade import DegradeStateMachine
+from ..safety.degrade import DegradeStateMachine
+from ..safety.monitor import SafetyMonitor
 from .inject import Injection, Injector, corrupt_bytes, oversize, poison
-from .monitor import SafetyMonitor
 
 _K = EventKind
 KEPT = {_K.MISS, _K.OVERRUN, _K.STALL, _K.ABORT, _K.COMPARE, _K.REACTION, _K.SAFETY, _K.PUBLISH}
