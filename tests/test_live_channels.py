@@ -86,6 +86,30 @@ def test_replay_mcap_holds_every_channel_with_its_schema_and_counts_that_match_t
     assert live["dropped"] == live["dropped_outputs"] == 0 and live["outputs"] == len(paths) + len(scenes)
 
 
+def test_a_lidar_falling_silent_shows_each_safety_change_and_the_degraded_planner(short_bag: Path, tmp_path,
+                                                                                   capsys) -> None:  # noqa: F811
+    from rt_runtime.bag import BagWriter, open_bag
+
+    silent, mcap = tmp_path / "lidar_silent", tmp_path / "safety.mcap"
+    with open_bag(short_bag) as r, BagWriter(silent, "mcap") as w:   # no sweep after 1.5 s
+        for topic, msgtype in r.topics.items():
+            w.add_topic(topic, msgtype)
+        for m in r.messages():
+            if m.topic != "/sensing/lidar/points" or m.t_ns - r.start_ns < 1_500_000_000:
+                w.write(m.topic, m.t_ns, m.raw_cdr)
+    assert main(["replay", str(silent), "--json", "--foxglove-mcap", str(mcap)]) == 0
+    hist = json.loads(capsys.readouterr().out)["safety"]["history"]
+    _, got, _ = read_mcap(mcap)
+    safety = got["/rt/safety"]
+    assert [(m["state"], m["reason"], m["t_ms"]) for m in safety] == [
+        (h["to"], h["reason"], pytest.approx(h["t_s"] * 1e3)) for h in hist] and len(hist) == 2
+    # The supervisor puts the planner on its fallback with the change (no REACTION of the planner's): its next
+    # job runs it, and that says so, with the level it runs under.
+    modes = [m for m in got["/rt/degraded"] if m["task"] == "planning"]
+    assert [(m["mode"], m["state"]) for m in modes] == [("fallback", "minimal_risk")]
+    assert modes[0]["t_ms"] >= safety[-1]["t_ms"] and "planning" in modes[0]["degraded"]
+
+
 def test_an_interrupted_replay_leaves_its_mcap_readable_and_marked_partial(short_bag: Path, tmp_path) -> None:  # noqa: F811
     mcap = tmp_path / "cut.mcap"
     proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "1",
@@ -163,10 +187,13 @@ def test_degraded_tasks_follow_the_mode_each_reaction_leaves_and_the_safety_leve
                             (K.SAFETY, 5 * MS, "plan", 0, 1, 3),
                             (K.REACTION, 6 * MS, "fuse", 3, 1, 1),     # a skip that left it on its fallback
                             (K.REACTION, 7 * MS, "fuse", 4, 1, 1),     # no change: no message
-                            (K.REACTION, 9 * MS, "plan", -1, REACT_RECOVER, 0)])
+                            (K.REACTION, 9 * MS, "plan", -1, REACT_RECOVER, 0),
+                            (K.START, 10 * MS, "plan", 7, 0, 0),        # on its primary graph: as known
+                            (K.START, 11 * MS, "pred", 2, 0, 1)])       # switched without a REACTION of its own
     modes = [m for what, m in out if what == "mode"]
     assert [(m["task"], m["mode"], m["degraded"]) for m in modes] == [
-        ("plan", "fallback", ["plan"]), ("fuse", "fallback", ["fuse", "plan"]), ("plan", "primary", ["fuse"])]
+        ("plan", "fallback", ["plan"]), ("fuse", "fallback", ["fuse", "plan"]), ("plan", "primary", ["fuse"]),
+        ("pred", "fallback", ["fuse", "pred"])]
     assert (modes[-1]["level"], modes[-1]["state"]) == (1, "degraded")
     assert [m["degraded"] for what, m in out if what == "safety"] == [["plan"]]
     assert -1 not in s.open.get("plan", {})   # a task's reaction is no job of it

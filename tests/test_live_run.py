@@ -65,7 +65,7 @@ def wait_for(log: Path, pattern: str, proc: subprocess.Popen, timeout: float = 1
 
 def test_run_serves_its_jobs_and_outputs_live_and_writes_the_same_channels_to_mcap(short_bag, tmp_path) -> None:  # noqa: F811
     mcap, log = tmp_path / "node.mcap", tmp_path / "node.log"
-    node = start(["run", "--foxglove", "0", "--foxglove-mcap", str(mcap)], log)
+    node = start(["run", "--foxglove", "0", "--foxglove-mcap", str(mcap), "--stale-after", "300ms"], log)
     try:
         url = wait_for(log, r"Foxglove live view on (ws://127\.0\.0\.1:\d+)", node).group(1)
         seen: dict = {}
@@ -78,7 +78,7 @@ def test_run_serves_its_jobs_and_outputs_live_and_writes_the_same_channels_to_mc
             assert player.wait(120) == 0, (tmp_path / "play.log").read_text()
         finally:
             end(player)
-        time.sleep(1.0)   # the last jobs publish at their deadlines
+        time.sleep(2.0)   # the last jobs publish at their deadlines; the inputs go stale, the stack degrades
         os.killpg(node.pid, signal.SIGTERM)
         assert node.wait(30) == 0, log.read_text()[-3000:]
         client.join(60)
@@ -105,6 +105,11 @@ def test_run_serves_its_jobs_and_outputs_live_and_writes_the_same_channels_to_mc
     for task in tasks:
         assert len(in_file[f"/rt/tasks/{task}/job"]) >= len(got[f"/rt/tasks/{task}/job"])
         assert in_file[f"/rt/tasks/{task}/window"][-1]["jobs"] == len(in_file[f"/rt/tasks/{task}/job"])
+    # The bag ended: its sensors silent, the planner on its fallback and the supervisor at minimal risk.
+    assert any(m["task"] == "planning" and m["mode"] == "fallback" and "planning" in m["degraded"]
+               for m in in_file["/rt/degraded"]), in_file.get("/rt/degraded")
+    assert in_file["/rt/safety"][-1]["state"] == "minimal_risk", in_file["/rt/safety"]
+    assert in_file["/rt/chains/lidar_to_plan"] and all(m["age_ms"] > 0 for m in in_file["/rt/chains/lidar_to_plan"])
 
 
 def test_run_on_a_port_in_use_is_one_line(tmp_path) -> None:

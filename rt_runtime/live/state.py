@@ -118,6 +118,9 @@ class LiveState:
         if kind == K.START:
             if j["start_ms"] is None:
                 j["start_ms"] = t * MS
+            # b: the job runs the fallback graph. A switch the watchdog made for the task that asked for it
+            # (the stack degraded for a stale input, the safety supervisor) has no REACTION of that task.
+            return self._mode(t, task, b)
         elif kind == K.FINISH:
             j["finish_ms"] = t * MS
         elif kind == K.MISS:
@@ -141,11 +144,14 @@ class LiveState:
             n[a == REACT_SPEC_MISS] += 1
             out.append(("spec", {"t_ms": t * MS, "task": task, "job": index, "hit": a == REACT_SPEC_HIT,
                                  "hits": n[0], "misses": n[1], "hit_rate": n[0] / (n[0] + n[1])}))
-        if bool(b) != self.degraded.get(task, False):   # b: the task's mode after the reaction
-            self.degraded[task] = bool(b)
-            out.append(("mode", {"t_ms": t * MS, "task": task, "mode": "fallback" if b else "primary",
-                                 "degraded": self._degraded(), "level": self.level, "state": _state(self.level)}))
-        return out
+        return out + self._mode(t, task, b)   # b: the task's mode after the reaction
+
+    def _mode(self, t: int, task: str, fallback: int) -> list[tuple[str, dict[str, Any]]]:
+        if bool(fallback) == self.degraded.get(task, False):
+            return []
+        self.degraded[task] = bool(fallback)
+        return [("mode", {"t_ms": t * MS, "task": task, "mode": "fallback" if fallback else "primary",
+                          "degraded": self._degraded(), "level": self.level, "state": _state(self.level)})]
 
     def _degraded(self) -> list[str]:
         return sorted(t for t, on in self.degraded.items() if on)
