@@ -5,7 +5,9 @@ scaled by ``rate``; with ``clock`` a ``/clock`` (the bag's time) is published be
 and at ``clock_hz`` in between, so nodes under ``use_sim_time`` see the recording's time. Topics
 whose message package is not installed here (e.g. ``tf2_msgs``, the simulator's ground truth) are
 skipped with one line naming them. Publishers are reliable keep-last, which both reliable and
-best-effort readers match.
+best-effort readers match. Bag time comes from the playback core (``Player.control``, ``replay.control``):
+the keys, the services (``player_services``) and Foxglove's playback bar (``live.playback``) pause, step,
+seek and re-rate it, and the loop follows (docs/ROS.md, "Controlling playback").
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ class PlayStats:
 
 
 class Player:
-    """Publishes one bag on a node, in real time scaled by ``rate``."""
+    """Publishes one bag on a node, in real time scaled by ``rate``, as ``control`` says (``paused``: from the
+    start; ``period_s``: one period step)."""
 
     def __init__(self, node: Node, bag: str | Path, *, rate: float = 1.0, clock: bool = False, loop: bool = False,
                  topics: list[str] | None = None, clock_hz: float = 100.0, paused: bool = False,
