@@ -110,6 +110,8 @@ def test_a_lidar_falling_silent_shows_each_safety_change_and_the_degraded_planne
     assert modes[0]["t_ms"] >= safety[-1]["t_ms"] and "planning" in modes[0]["degraded"]
 
 
+@pytest.mark.wallclock
+@pytest.mark.timeout(180)
 def test_an_interrupted_replay_leaves_its_mcap_readable_and_marked_partial(short_bag: Path, tmp_path) -> None:  # noqa: F811
     mcap = tmp_path / "cut.mcap"
     proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "1",
