@@ -31,14 +31,15 @@ def decoder(encoding: str, schema_name: str, schema: bytes) -> Any:
     return cls.FromString
 
 
-async def watch(url: str) -> tuple[dict[str, dict], dict[str, list[Any]], dict[str, list[int]]]:
+async def watch(url: str, got: dict[str, list[Any]] | None = None
+                ) -> tuple[dict[str, dict], dict[str, list[Any]], dict[str, list[int]]]:
     """Subscribe to every channel as it is advertised; per topic the channel, its messages decoded and their log
-    times, until the server stops."""
+    times, until the server stops (``got``: filled as they come, for a caller on another thread)."""
     import websockets
 
     channels: dict[int, dict] = {}
     subs: dict[int, tuple[str, Any]] = {}
-    got: dict[str, list[Any]] = {}
+    got = {} if got is None else got
     times: dict[str, list[int]] = {}
     async with websockets.connect(url, subprotocols=[SUBPROTOCOL], max_size=None) as ws:
         assert ws.subprotocol == SUBPROTOCOL

@@ -22,12 +22,13 @@ from rt_runtime.live.state import LiveState
 from rt_runtime.sched.events import REACT_DEGRADE, REACT_RECOVER, REACT_SPEC_HIT, REACT_SPEC_MISS
 from rt_runtime.sched.events import EventKind as K
 
-from foxglove_client import read_mcap
+from foxglove_client import read_mcap, watch
 from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 pytest.importorskip("foxglove")
 pytest.importorskip("mcap")
 pytest.importorskip("google.protobuf")
+pytest.importorskip("websockets")
 
 MS = 1_000_000
 ENV = {**os.environ, "ROS_DOMAIN_ID": "158", "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST"}
@@ -113,24 +114,31 @@ def test_a_lidar_falling_silent_shows_each_safety_change_and_the_degraded_planne
 @pytest.mark.wallclock
 @pytest.mark.timeout(180)
 def test_an_interrupted_replay_leaves_its_mcap_readable_and_marked_partial(short_bag: Path, tmp_path) -> None:  # noqa: F811
+    import asyncio
+    import threading
+
     mcap = tmp_path / "cut.mcap"
     proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "1",
-                             "--foxglove-mcap", str(mcap)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=ENV)
+                             "--foxglove", "0", "--foxglove-mcap", str(mcap)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=ENV)
     try:
-        for line in proc.stderr:   # the wall clock's note comes once the stack is built: the run starts now
-            if "realtime" in line:
-                break
-        time.sleep(1.5)
+        url = next(line.rsplit(" ", 1)[-1].strip() for line in proc.stderr if "Foxglove live view on " in line)
+        seen: dict = {}
+        client = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(watch(url, seen), 150)), daemon=True)
+        client.start()
+        end = time.monotonic() + 120
+        while len(seen.get("/rt/tasks/planning/job", ())) < 3 and time.monotonic() < end:   # well into the run
+            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
+        client.join(30)
     finally:
         proc.kill()
     assert proc.returncode == 130, err
     assert f"{mcap} (MCAP, marked partial)" in err
     channels, got, meta = read_mcap(mcap)
     assert meta["rt_runtime"]["partial"] == "true" and "SIGINT" in meta["rt_runtime"]["why"]
-    assert got["/rt/tasks/planning/job"] and "/rt/live" in channels
+    assert len(got["/rt/tasks/planning/job"]) >= len(seen["/rt/tasks/planning/job"]) >= 3 and "/rt/live" in channels
 
 
 def test_an_mcap_over_an_input_or_an_existing_file_is_one_line(short_bag: Path, tmp_path, capsys) -> None:  # noqa: F811
