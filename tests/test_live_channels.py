@@ -283,3 +283,29 @@ def test_a_failed_run_removes_its_mcap_and_leaves_no_staging_behind(tmp_path) ->
     live.emit(K.RELEASE, 0, "T", 0)
     live.close(discard=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trajectory_and_tracks_are_drawn_where_they_are() -> None:
+    import warnings
+
+    from foxglove_client import proto_class
+    from rt_runtime.live.outputs import objects, trajectory
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from foxglove import messages as m
+    rows = np.array([[1.0, 2.0, 0.5, 3.0, 0.0], [4.0, 5.0, -0.25, 3.0, 1.0], [np.nan, 0, 0, 0, 2.0]])
+    msg = trajectory(m, {"trajectory": rows}, 1_500_000_000, "map")
+    path = proto_class("foxglove.PosesInFrame", m.PosesInFrame.get_schema().data).FromString(msg.encode())
+    assert (path.timestamp.seconds, path.timestamp.nanos, path.frame_id) == (1, 500_000_000, "map")
+    assert [(p.position.x, p.position.y) for p in path.poses] == [(1.0, 2.0), (4.0, 5.0)]   # a NaN row left out
+    assert [2 * math.atan2(p.orientation.z, p.orientation.w) for p in path.poses] == pytest.approx([0.5, -0.25])
+    tracks = np.zeros((3, 12))
+    tracks[0, :9] = [7, 2, 10.0, -3.0, 3.0, 4.0, 0.0, 1.8, 0.6]   # a cyclist at (10, -3), 5 m/s
+    tracks[1, :2] = [8, 0]
+    scene = proto_class("foxglove.SceneUpdate", m.SceneUpdate.get_schema().data).FromString(
+        objects(m, {"tracks": tracks, "count": np.array([1])}, 0, "map").encode())
+    assert len(scene.deletions) == 1 and [e.id for e in scene.entities] == ["cyclist/7"]   # count 1: one track
+    cube = scene.entities[0].cubes[0]
+    assert (cube.pose.position.x, cube.pose.position.y, cube.size.x, cube.size.y) == pytest.approx((10, -3, 1.8, 0.6))
+    assert scene.entities[0].texts[0].text == "#7 5.0 m/s"
