@@ -62,15 +62,15 @@ def finish(proc: subprocess.Popen) -> None:
 class Calls:
     """Service clients on the probe's node: Trigger by name, set/get parameters."""
 
-    def __init__(self, probe: Probe) -> None:
-        self.probe = probe
+    def __init__(self, probe: Probe, node: str = NODE) -> None:
+        self.probe, self.node = probe, node
         self.clients = {}
 
     def _call(self, srv: type, name: str, req: object) -> object:
         if name not in self.clients:
-            self.clients[name] = self.probe.node.create_client(srv, f"{NODE}/{name}")
+            self.clients[name] = self.probe.node.create_client(srv, f"{self.node}/{name}")
         client = self.clients[name]
-        assert self.probe.spin_until(client.service_is_ready, 60), f"no service {NODE}/{name}"
+        assert self.probe.spin_until(client.service_is_ready, 60), f"no service {self.node}/{name}"
         fut = client.call_async(req)
         assert self.probe.spin_until(fut.done, 30), f"{name}: no answer"
         return fut.result()
@@ -329,3 +329,33 @@ def test_keys_on_a_terminal_step_the_player_and_ctrl_c_stops_it_with_the_termina
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
         os.close(fd)
+
+
+def test_a_wall_clock_replay_pauses_steps_and_rerates_over_the_same_services(short_bag, tmp_path) -> None:  # noqa: F811
+    domain, log = 193, tmp_path / "replay.log"
+    env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "2",
+                                 "--until", "2.5", "--services", "--json"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        with Probe({}, domain_id=domain) as probe:
+            calls = Calls(probe, "/rt_runtime_replay")
+            assert calls.trigger("pause").success and calls.trigger("is_paused").success
+            probe.spin_for(3.0)            # at 2x the 2.5 s would be over in 1.25 s once fed: paused, it is not
+            assert proc.poll() is None, log.read_text()
+            for _ in range(3):
+                res = calls.trigger("play_next")
+                assert res.success, res.message
+            res = calls.set("seek", 1.0)   # refused in a replay: one line, nothing changed
+            assert not res.successful and res.reason.startswith("seek: not in a replay") and "\n" not in res.reason
+            assert calls.set("rate", 4.0).successful and calls.get("rate") == 4.0
+            assert calls.trigger("resume").success and not calls.trigger("is_paused").success
+            out, _ = proc.communicate(timeout=120)
+    finally:
+        finish(proc)
+    assert proc.returncode == 0, log.read_text()
+    doc = json.loads(out)
+    assert doc["duration_s"] == pytest.approx(2.5, abs=0.05)   # the whole --until, after the pause
+    assert "Traceback" not in log.read_text()

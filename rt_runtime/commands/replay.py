@@ -45,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
                         "tasks, chain latencies, speculation, trajectory and objects) on a Foxglove websocket at "
                         "127.0.0.1:8765, or [HOST:]PORT (0: any free port); docs/ROS.md, Live view")
     add_live_flags(p)
+    p.add_argument("--services", action="store_true",
+                   help="with --speed X: pause, resume, step and rate over ROS 2 services and parameters on node "
+                        "rt_runtime_replay, named as play's (docs/ROS.md, Controlling playback; the ros extra)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
 
@@ -204,6 +207,30 @@ def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tup
     return control, fox
 
 
+def _services(control: Any) -> Any:
+    """``--services``: the player's services on a node of the replay's own (a one-line error without them)."""
+    from ..cli import UsageError
+    from ..ros import rclpy_missing
+
+    if control is None:
+        raise UsageError("--services: applies to the wall clock (--speed X); --speed max runs as fast as it can")
+    missing = rclpy_missing()
+    if missing:
+        raise UsageError(f"--services: {missing}")
+    from ..ros.env import prepare_environment
+
+    prepare_environment()   # before rclpy loads the RMW
+    try:
+        from ..ros.player_services import ControlNode
+    except ImportError as e:
+        raise UsageError(f"--services: rclpy or std_srvs is installed but cannot be loaded ({e}); install the ros "
+                         "extra") from None
+    node = ControlNode(control)
+    print("rt-runtime replay: pause, resume, step and rate on /rt_runtime_replay (~/pause, ~/resume, "
+          "~/toggle_paused, ~/is_paused, ~/play_next, ~/play_period; parameter rate)", file=sys.stderr, flush=True)
+    return node
+
+
 def _keys(control: Any) -> Any:
     """The keys on a terminal's stdin (their list on stderr), else None."""
     from ..replay.keyboard import HELP, keyboard
@@ -270,11 +297,17 @@ def run(args: argparse.Namespace) -> int:
             cfg = dataclasses.replace(cfg, device=args.device)
         # On the wall clock: pause, step and rate from the keys (a terminal) and Foxglove's playback bar.
         control, fox = _playback(bag, cfg, speed, args) if speed != "max" else (None, None)
-        live = live_view(args, cfg, "rt-runtime replay", fox.server_options() if fox is not None else None)
+        services = _services(control) if getattr(args, "services", False) else None
+        try:
+            live = live_view(args, cfg, "rt-runtime replay", fox.server_options() if fox is not None else None)
+        except BaseException:
+            if services is not None:   # a busy port: the node goes before the one line
+                services.close()
+            raise
         if fox is not None and live is not None and live.server is not None:
             fox.bind(live.server)
         keys = _keys(control) if control is not None else None
-        if keys is None and fox is None:
+        if keys is None and fox is None and services is None:
             control = None   # nothing can send a command: the feed is not gated at all
         result = None
         try:
@@ -287,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if keys is not None:
                 keys.close()   # the terminal as it was
+            if services is not None:
+                services.close()
             if fox is not None:
                 fox.close(stop_server=False)   # the live view's server: live.close stops it
             if live is not None:   # an interrupted run keeps its MCAP, marked partial; a failed one removes it

@@ -98,3 +98,33 @@ class PlayerServices:
         """A rate set from the keyboard or Foxglove shows in the parameter (``ros2 param get``)."""
         if not self._in_callback and self.node.get_parameter("rate").value != pb.rate:
             self.node.set_parameters([Parameter("rate", Parameter.Type.DOUBLE, pb.rate)])
+
+
+class ControlNode:
+    """A node of its own carrying ``PlayerServices`` (``replay --speed X --services``): its context, its
+    executor spinning on a thread; ``close`` takes it all down, the spinner first."""
+
+    def __init__(self, ctl: Controller, name: str = "rt_runtime_replay") -> None:
+        import threading
+
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+
+        self.context = rclpy.Context()
+        rclpy.init(args=[name], context=self.context, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node(name, context=self.context)
+        self.services = PlayerServices(self.node, ctl)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.spinner = threading.Thread(target=self.executor.spin, name="rt-replay-services", daemon=True)
+        self.spinner.start()
+
+    def close(self) -> None:
+        """Stop spinning, then destroy the node and shut its context down."""
+        import rclpy
+
+        self.executor.shutdown(2.0)
+        self.spinner.join(2.0)   # its wait ends before the node and the context go (else: abort at exit)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
