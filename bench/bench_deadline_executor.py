@@ -14,6 +14,11 @@ medians of the runs:
     .venv/bin/python bench/bench_deadline_executor.py                           # 3 runs x 20 s, idle
     .venv/bin/python bench/bench_deadline_executor.py --hog --runs 3 --seconds 20
     .venv/bin/python bench/bench_deadline_executor.py --only dispatch --runs 5 --idle-nodes 24
+    .venv/bin/python bench/bench_deadline_executor.py --only idle --runs 3 --seconds 3 --idle-nodes 24
+
+* idle (``--only idle``): ``--idle-nodes`` nodes with nothing to do and one 10 ms timer with an empty
+  callback, spun for ``--seconds``: the process's CPU per second (what the executor costs a graph
+  between callbacks: one wake-up, one wait set, per tick).
 """
 from __future__ import annotations
 
@@ -112,6 +117,34 @@ def child_dispatch(mode: str, n: int, idle: int = 0) -> dict:
     return {"n": got[0], "ok": ok, "wall_us": wall / max(got[0], 1) * 1e6, "cpu_us": cpu / max(got[0], 1) * 1e6}
 
 
+def child_idle(mode: str, seconds: float, idle: int) -> dict:
+    """CPU seconds per second of spinning ``idle`` nodes with nothing to do beside one 10 ms timer with an empty
+    callback: what an executor costs a graph between its callbacks (each wake-up's wait set)."""
+    import rclpy
+    from rclpy.node import Node
+
+    rclpy.init()
+    node = Node("ticker")
+    ticks = [0]
+    node.create_timer(0.01, lambda: ticks.__setitem__(0, ticks[0] + 1))
+    others = [Node(f"idle_{i}") for i in range(idle)]
+    ex = _executor(mode)
+    for n in (node, *others):
+        ex.add_node(n)
+    end = time.monotonic() + 0.5
+    while time.monotonic() < end:   # warm: the first waits build what later ones reuse
+        ex.spin_once(timeout_sec=0.05)
+    cpu0, t0, k0 = time.process_time(), time.perf_counter(), ticks[0]
+    end = t0 + seconds
+    while time.perf_counter() < end:
+        ex.spin_once(timeout_sec=0.05)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    n = ticks[0] - k0
+    ex.shutdown()
+    rclpy.shutdown()
+    return {"cpu_per_s": cpu / wall, "ticks_per_s": n / wall, "cpu_us_per_tick": cpu / max(n, 1) * 1e6}
+
+
 @contextmanager
 def hog(on: bool) -> Iterator[None]:
     """One busy process beside the runs (or nothing)."""
@@ -153,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=2000, help="messages drained per dispatch run")
     ap.add_argument("--idle-nodes", type=int, default=0, help="idle nodes beside the dispatch run's two")
     ap.add_argument("--hog", action="store_true", help="beside one CPU hog")
-    ap.add_argument("--only", choices=("autoware", "dispatch"))
+    ap.add_argument("--only", choices=("autoware", "dispatch", "idle"))
     ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(ALL_MODES)}")
     ap.add_argument("--crunch-ms", type=float, default=4.0)
     ap.add_argument("--json", action="store_true")
@@ -163,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         kind, mode = a.child.split(":")
         out = child_autoware(mode, a.seconds, a.limit) if kind == "autoware" else \
-            child_dispatch(mode, a.messages, a.idle_nodes)
+            child_idle(mode, a.seconds, a.idle_nodes) if kind == "idle" else child_dispatch(mode, a.messages,
+                                                                                            a.idle_nodes)
         print(json.dumps(out))
         return 0
     modes = [m for m in a.modes.split(",") if m]
@@ -172,36 +206,48 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_deadline_executor: --modes: {bad[0]!r} is not one of {', '.join(ALL_MODES)}", file=sys.stderr)
         return 2
     base = 80 + os.getpid() % 10
-    res: dict[str, dict[str, list[dict]]] = {"autoware": {m: [] for m in modes}, "dispatch": {m: [] for m in modes}}
+    res: dict[str, dict[str, list[dict]]] = {k: {m: [] for m in modes} for k in ("autoware", "dispatch", "idle")}
     limit = None
-    if a.only != "dispatch":
+    if a.only in (None, "autoware"):
         sys.path.insert(0, str(ROOT / "examples" / "autoware_reference"))
         import system as S
         limit = S.calibrate(a.crunch_ms)
     with hog(a.hog):
         for i in range(a.runs):
             for m in modes:
-                if a.only != "autoware":
+                if a.only in (None, "dispatch"):
                     res["dispatch"][m].append(_run(["--child", f"dispatch:{m}", "--messages", str(a.messages),
                                                     "--idle-nodes", str(a.idle_nodes)], base, 120))
-                if a.only != "dispatch":
+                if a.only == "idle":
+                    res["idle"][m].append(_run(["--child", f"idle:{m}", "--seconds", str(a.seconds),
+                                                "--idle-nodes", str(a.idle_nodes)], base, a.seconds + 120))
+                if a.only in (None, "autoware"):
                     res["autoware"][m].append(_run(["--child", f"autoware:{m}", "--seconds", str(a.seconds),
                                                     "--limit", str(limit)], base, a.seconds + 120))
     table = {m: {name: med([f(r) for r in res["autoware"][m]]) for name, f in ROWS} for m in modes}
     disp = {m: {k: med([r[k] for r in res["dispatch"][m]]) for k in ("wall_us", "cpu_us")} for m in modes}
+    idle = {m: {k: med([r[k] for r in res["idle"][m]]) for k in ("cpu_per_s", "ticks_per_s", "cpu_us_per_tick")}
+            for m in modes}
     if a.json:
         print(json.dumps({"runs": a.runs, "seconds": a.seconds, "hog": a.hog, "autoware": table, "dispatch": disp,
-                          "raw": res}))
+                          "idle": idle, "raw": res}))
         return 0
     where = "beside one CPU hog" if a.hog else "idle"
-    if a.only != "dispatch":
+    if a.only in (None, "autoware"):
         print(f"Autoware reference (rclpy nodes), {a.runs} run(s) x {a.seconds:g} s per executor, interleaved, "
               f"{where}; crunch limit {limit}; {os.cpu_count()} CPU(s); medians of runs")
         w = max(len(n) for n, _ in ROWS)
         print(f"{'KPI':<{w}}  " + "  ".join(f"{m:>12}" for m in modes))
         for name, _ in ROWS:
             print(f"{name:<{w}}  " + "  ".join(f"{str(table[m][name]):>12}" for m in modes))
-    if a.only != "autoware":
+    if a.only == "idle":
+        print(f"idle: {a.idle_nodes} idle node(s) and one 10 ms timer, {a.seconds:g} s, {a.runs} run(s), {where}; "
+              f"medians")
+        print(f"{'':<16}  " + "  ".join(f"{m:>12}" for m in modes))
+        for k, label in (("cpu_per_s", "CPU (s per s)"), ("ticks_per_s", "ticks per s"),
+                         ("cpu_us_per_tick", "CPU us per tick")):
+            print(f"{label:<16}  " + "  ".join(f"{str(idle[m][k]):>12}" for m in modes))
+    if a.only in (None, "dispatch"):
         print(f"dispatch: {a.messages} delivered messages, empty callback, {a.idle_nodes} idle node(s) beside, "
               f"{a.runs} run(s), {where}; medians")
         print(f"{'per callback':<14}  " + "  ".join(f"{m:>12}" for m in modes))

@@ -68,8 +68,9 @@ FALLBACK: list[str] = []
 @pytest.mark.parametrize("policy, poll", [("edf", "1ns"), ("fp", "1ns"), ("edf", "100s")])
 def test_ready_callbacks_run_by_deadline_not_by_creation_order(ctx, policy, poll):
     # rclpy's executors run ready subscriptions in creation order (lax, mid, urgent); EDF by deadline, and
-    # fp by the numbers (here the reverse: lax first). Polling before each job, a topic's next message
-    # overtakes the less urgent queued ones; without, each wait's batch runs in order.
+    # fp by the numbers (here the reverse: lax first). A topic's next message overtakes the less urgent
+    # queued ones, polling before each job or not: after a job took a message its next one is taken
+    # ahead, without a wait (poll still bounds how long another topic's new message goes unseen).
     cfg = {"policy": policy, "poll": poll, "callbacks": [
         {"node": "ordered", "topic": "/lax", "deadline": "20s", "priority": 1},
         {"node": "ordered", "topic": "/mid", "deadline": "10s", "priority": 2},
@@ -88,7 +89,7 @@ def test_ready_callbacks_run_by_deadline_not_by_creation_order(ctx, policy, poll
     time.sleep(0.5)   # all nine delivered before the first wait: every job is released at once
     spin_until(ex, lambda: len(ran) == 9)
     want = ["/urgent", "/mid", "/lax"] if policy == "edf" else ["/lax", "/mid", "/urgent"]
-    assert ran == ([t for t in want for _ in range(3)] if poll == "1ns" else want * 3)
+    assert ran == [t for t in want for _ in range(3)]
     ex.shutdown()
 
 
@@ -150,6 +151,34 @@ def test_an_overrun_degrades_the_next_release_to_the_fallback(ctx):
     assert (seen, FALLBACK) == (["slow", "after"], ["next"])
     s = ex.stats()["heavy/sub:/work"]
     assert (s["overruns"], s["degraded"], s["missed"]) == (1, 1, 0)
+    ex.shutdown()
+
+
+def test_a_burst_is_drained_without_a_wait_per_message_and_its_reactions_hold(ctx):
+    # four messages delivered before the first wait: one wait finds the subscription, then each job's next
+    # message is taken ahead (no handler, no wait); the overrun's skip still lands on the next one, "a"
+    cfg = {"callbacks": [{"node": "burst", "topic": "/burst", "budget": "20ms", "on_overrun": "skip"}]}
+    node, talker = Node("burst", context=ctx), Node("talker", context=ctx)
+    seen: list[str] = []
+    node.create_subscription(String, "/burst", lambda m: (seen.append(m.data), m.data == "slow" and time.sleep(.05)), 10)
+    pub = talker.create_publisher(String, "/burst", 10)
+    ex = DeadlineExecutor(cfg, context=ctx)
+    ex.add_node(node)
+    matched([pub], ex)
+    waits = [0]
+    wait = ex._wait_for_ready_callbacks
+
+    def counted(*a: Any) -> Any:
+        waits[0] += 1
+        return wait(*a)
+    ex._wait_for_ready_callbacks = counted
+    for d in ("slow", "a", "b", "c"):
+        pub.publish(String(data=d))
+    time.sleep(0.5)
+    spin_until(ex, lambda: len(seen) == 3 and ex.stats()["burst/sub:/burst"]["skipped"] == 1)
+    assert seen == ["slow", "b", "c"] and waits[0] <= 2   # one wait per message would be four
+    s = ex.stats()["burst/sub:/burst"]
+    assert (s["released"], s["overruns"], s["skipped"]) == (4, 1, 1)
     ex.shutdown()
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from rclpy.client import Client
 from rclpy.exceptions import InvalidHandle
@@ -108,3 +108,56 @@ def due_timers(nodes: Iterable[Any]) -> Iterator[tuple[Timer, Any]]:
                 continue
             if ready and tmr.callback_group.can_execute(tmr):
                 yield tmr, node
+
+
+def run_direct(job: Job) -> None:
+    """Run a job whose message was taken ahead (``job.args``), without an rclpy handler: what the handler does
+    for a plain callback (the group's beginning and ending execution around the call), with the job's
+    reaction (skip: not called; degrade: the fallback; abort: dropped)."""
+    sub, args = job.entity, job.args
+    g = sub.callback_group
+    sub._executor_event = False   # back in the wait set (a handler's take does this)
+    job.took = True
+    if job.action == "abort" or (g is not None and not g.beginning_execution(sub)):
+        return   # a taken group: not under one worker, which checked it at the pick
+    try:
+        if job.action == "none":
+            sub.callback(*args)
+        elif job.action == "skip":
+            job.cb.skipped += 1
+        elif job.action == "degrade":
+            job.cb.degraded += 1
+            job.cb.timing.fallback(*args)
+    finally:
+        if g is not None:
+            g.ending_execution(sub)
+
+
+def take_for(job: Job, take: Callable[[Any], Any], entity: Any) -> Any:
+    """Take the entity's data (rclpy's ``_take_*``) for ``job``'s handler: then run the callback, nothing (skip,
+    abort), or its fallback (degrade); a service's request is always answered, a client's response always
+    delivered."""
+    coro = take(entity)
+    job.took = coro is not None
+    if job.action == "none" or job.cb.kind not in ("timer", "subscription"):
+        return coro
+    if coro is None or job.action == "abort":
+        return None
+    if job.action == "skip":
+        job.cb.skipped += 1
+        return None
+    job.cb.degraded += 1
+    fallback, args = job.cb.timing.fallback, getattr(coro, "args", ())
+
+    async def degraded() -> None:
+        fallback(*args)
+    return degraded
+
+
+def realtime_worker(rt: Any, w: int) -> None:
+    """SCHED_FIFO and pinning for worker ``w`` as the file's ``realtime:`` says (``sched.threads``)."""
+    if rt is None or not rt.enabled:
+        return
+    from ...sched.threads import make_realtime
+    cpus = [rt.cpus[w % len(rt.cpus)]] if rt.cpus else None
+    make_realtime(cpus, rt.priority, f"deadline executor worker {w}")

@@ -11,7 +11,9 @@ urgent job whose callback group is free runs next. The executor waits again once
 run, as rclpy's executors do (a wait costs milliseconds of Python on a large graph), or, with jobs
 still queued, once the last wait is ``poll`` old (default 100 ms; timeout 0), so that a more urgent
 message overtakes queued jobs and none waits unseen for long; between waits it checks the timers
-directly (one C call each), so a timer's job is released at its expiry. A job is judged when it
+directly (one C call each), so a timer's job is released at its expiry, and with one worker a
+subscription whose job took a message has its next one taken at once (``_take_ahead``: a burst costs
+one wait, not one per message). A job is judged when it
 returns (``jobs.judge``): a miss or an overrun is counted, traced, and its reaction (skip or degrade)
 applied to the callback's next release; ``abort`` drops a job not started by its deadline.
 
@@ -21,6 +23,7 @@ groups never at once (a group is held from pick to return, besides rclpy's own c
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from functools import partial
@@ -37,7 +40,8 @@ from ...sched.events import EventKind as K
 from ...sched.policy import as_policy
 from .config import ExecutorConfig, load_config
 from .book import Book
-from .entities import awaits_pending, drop, due_timers, read_graph, take_message
+from .entities import (awaits_pending, drop, due_timers, read_graph, realtime_worker, run_direct, take_for,
+                       take_message)
 from .jobs import Callback, Job, ReadyQueue, judge, late_at_start, rank
 from .record import trace_abort, trace_end
 from .waitset import wait_ready
@@ -116,45 +120,37 @@ class DeadlineExecutor(Executor):
                 raise
         return added
 
-    def _make_handler(self, entity: Any, node: Any, take: Callable[[Any], Any]) -> Task:
-        """rclpy's handler for a ready entity, released as a job (rclpy calls this from the wait loop)."""
+    def _release(self, entity: Any, node: Any) -> Job:
+        """A new job of the entity's callback, released now (a timer's: at its expiry); lock held."""
         now = time.monotonic_ns()
+        cb = self._book.get(entity, node)
+        if cb.graph_due(now) and read_graph(cb, entity, node, now):
+            self._ranks_changed()   # the advertised period changed
+        release = now
+        if cb.kind == "timer":   # the timer's expiry, not when the wait noticed it
+            due = entity.time_until_next_call()
+            if due is not None and due < 0:
+                release = max(now + due, self._t_spin or now)
+        job = cb.release(release, cb.kind == "subscription")
+        job.entity, job.node = entity, node
+        return job
+
+    def _queue_job(self, job: Job) -> None:
         with self._cond:
-            cb = self._book.get(entity, node)
-            if cb.graph_due(now) and read_graph(cb, entity, node, now):
-                self._ranks_changed()   # the advertised period changed
-            release = now
-            if cb.kind == "timer":   # the timer's expiry, not when the wait noticed it
-                due = entity.time_until_next_call()
-                if due is not None and due < 0:
-                    release = max(now + due, self._t_spin or now)
-            job = cb.release(release, cb.kind == "subscription")
-        handler = super()._make_handler(entity, node, partial(self._take, job, take))
-        job.handler, job.entity, job.node = handler, entity, node
-        with self._cond:
-            self._queued[handler] = job
+            if job.handler is not None:
+                self._queued[job.handler] = job
             self._queue.push(job)
             self._cond.notify()
         if self._emit is not None:
-            self._emit(K.RELEASE, release - self._t0, cb.name, job.index, 0, int(job.message))
-        return handler
+            self._emit(K.RELEASE, job.release_ns - self._t0, job.cb.name, job.index, 0, int(job.message))
 
-    def _take(self, job: Job, take: Callable[[Any], Any], entity: Any) -> Any:
-        """Take the entity's data (rclpy's ``_take_*``), then run the callback, nothing, or its fallback."""
-        if job.action == "none" or job.cb.kind not in ("timer", "subscription"):
-            return take(entity)   # a service's request is always answered, a client's response always delivered
-        coro = take(entity)
-        if coro is None or job.action == "abort":
-            return None
-        if job.action == "skip":
-            job.cb.skipped += 1
-            return None
-        job.cb.degraded += 1
-        fallback, args = job.cb.timing.fallback, getattr(coro, "args", ())
-
-        async def degraded() -> None:
-            fallback(*args)
-        return degraded
+    def _make_handler(self, entity: Any, node: Any, take: Callable[[Any], Any]) -> Task:
+        """rclpy's handler for a ready entity, released as a job (rclpy calls this from the wait loop)."""
+        with self._cond:
+            job = self._release(entity, node)
+        job.handler = super()._make_handler(entity, node, partial(take_for, job, take))
+        self._queue_job(job)
+        return job.handler
 
     def _take_subscription(self, sub: Subscription) -> Any:
         """rclpy's take, plus the middleware's receive time (the arrival a derived deadline is measured on)."""
@@ -194,21 +190,28 @@ class DeadlineExecutor(Executor):
         elif emit is not None and not cont:
             emit(K.START, t0 - self._t0, cb.name, job.index, worker, int(job.action == "degrade"))
             emit(K.OP_START, t0 - self._t0, cb.name, job.index, 0, worker)
+        exc: BaseException | None = None
         try:
-            handler()
+            if handler is not None:
+                handler()
+            else:
+                run_direct(job)
+        except Exception as e:  # noqa: BLE001 - a direct job's callback raised: judged, then raised as rclpy's do
+            exc = e
         finally:
             t1 = time.monotonic_ns()
             g = job.entity.callback_group if job.entity is not None else None
             with self._cond:
                 if g is not None:
                     self._busy.discard(id(g))
-                if not handler.done():
+                if handler is not None and not handler.done():
                     self._started[handler] = job
-                else:
+                elif handler is not None:
                     self._started.pop(handler, None)
                 verdict = None if cont or job.action in ("skip", "abort") else judge(job, t1, t1 - t0)
                 self._cond.notify_all()
-        exc = handler.exception() if handler.done() else None
+        if handler is not None and handler.done():
+            exc = handler.exception()
         if exc is not None:
             cb.errors += 1
         if verdict is not None and emit is not None:
@@ -237,7 +240,7 @@ class DeadlineExecutor(Executor):
                         continue   # resuming it would only suspend it again: it does not hold others back
                     if job is not None:   # a coroutine resumed: its job goes on, under its own key
                         cont = Job(job.cb, job.index, job.release_ns, job.deadline_ns, job.message, "cont",
-                                   handler, entity, node)
+                                   handler=handler, entity=entity, node=node)
                         self._queued[handler] = cont
                         self._queue.push(cont)
                         self._cond.notify()
@@ -277,6 +280,27 @@ class DeadlineExecutor(Executor):
             job = self._pick()
         if job is not None:
             self._run(job, 0)
+            if job.took and job.cb.kind == "subscription" and not self._is_shutdown:
+                self._take_ahead(job)
+
+    def _take_ahead(self, job: Job) -> None:
+        """After a subscription's job took a message, take its next one now if the middleware holds one (one C
+        call, None when empty) and release it as a job, pre-taken: a burst is drained without a wait per
+        message (a wait rebuilds the wait set in Python; docs/BENCHMARKS.md). A plain callback's job then
+        has no rclpy handler (``_direct``); a coroutine's gets one. One worker only: with more, the
+        spinning thread may be waiting on the same subscription meanwhile."""
+        sub = job.entity
+        coro = take_message(sub, job.cb)
+        if coro is None:
+            return
+        if inspect.iscoroutinefunction(sub.callback):
+            self._make_handler(sub, job.node, lambda _entity: coro)
+            return
+        with self._cond:
+            nxt = self._release(sub, job.node)
+        nxt.args = coro.args
+        sub._executor_event = True   # out of the wait set while its message is queued (as a handler's entity)
+        self._queue_job(nxt)
 
     def _release_due_timers(self) -> None:
         """Release every timer that has expired since the last wait, without a wait (one C call a timer): a
@@ -307,7 +331,7 @@ class DeadlineExecutor(Executor):
             t.start()
 
     def _worker(self, w: int) -> None:
-        self._realtime(w)
+        realtime_worker(self.config.realtime, w)
         while True:
             with self._cond:
                 job = None if self._stop else self._pick()
@@ -322,14 +346,6 @@ class DeadlineExecutor(Executor):
                 with self._cond:
                     self._errors.append(e)
                 self.wake()
-
-    def _realtime(self, w: int) -> None:
-        rt = self.config.realtime
-        if rt is None or not rt.enabled:
-            return
-        from ...sched.threads import make_realtime
-        cpus = [rt.cpus[w % len(rt.cpus)]] if rt.cpus else None
-        make_realtime(cpus, rt.priority, f"deadline executor worker {w}")
 
     def _raise_worker_error(self) -> None:
         if self._errors:

@@ -8,6 +8,7 @@ policy's key (``sched.policy.Policy.key``), so EDF/RM/DM/FP mean here what they 
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -125,8 +126,9 @@ class Callback:
         gaps.append(t_ns - last)
         if len(gaps) > WINDOW:
             del gaps[0]
-        floor = sorted(gaps)[len(gaps) // 2] // 2
-        self._min_gap = max(1, min(g for g in gaps if g >= floor))
+        ordered = sorted(gaps)
+        floor = ordered[len(ordered) // 2] // 2
+        self._min_gap = max(1, ordered[bisect.bisect_left(ordered, floor)])   # the least gap >= floor
 
     def release(self, t_ns: int, message: bool) -> "Job":
         """A new job released at ``t_ns``, carrying the reaction owed to it (then cleared)."""
@@ -152,6 +154,8 @@ class Job:
     deadline_ns: int
     message: bool
     action: str = "none"
+    took: bool = False       # its handler took data (a subscription's message: there may be a next one)
+    args: tuple | None = None   # a message taken ahead: the callback's arguments (the job has no handler)
     handler: Any = None      # the executor's handle on the work (an rclpy Task)
     entity: Any = None
     node: Any = None

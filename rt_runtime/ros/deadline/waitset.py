@@ -32,7 +32,10 @@ def wait_ready(ex: Any, timeout_sec: Any = None, nodes: list | None = None,
     timeout_nsec = timeout_sec_to_nsec(timeout_sec.timeout if isinstance(timeout_sec, TimeoutObject) else timeout_sec)
     timeout_timer = Timer(None, None, timeout_nsec, ex._clock, context=ex._context) if timeout_nsec > 0 else None
     yielded = False
-    while not yielded and not ex._is_shutdown and not condition():
+    while not yielded:
+        consume_guard(ex)   # first: what triggers it from now on is seen by this pass's wait
+        if ex._is_shutdown or condition():
+            break
         use = nodes if nodes is not None else ex.get_nodes()
         with ex._tasks_lock:
             tasks = list(ex._tasks)
@@ -175,3 +178,22 @@ def wait_ready(ex: Any, timeout_sec: Any = None, nodes: list | None = None,
         raise ShutdownException()
     if condition():
         raise ConditionReachedException()
+
+
+def consume_guard(ex: Any) -> None:
+    """Clear the executor's guard condition with a wait on it alone (timeout 0). rclpy's handlers trigger it
+    twice per callback (after the take, after the call) so that a waiting thread rebuilds its wait set;
+    the thread that ran the callback rebuilds anyway, and the trigger left pending made its next full
+    wait return at once, empty, and be rebuilt again: a second full wait per callback (docs/BENCHMARKS.md,
+    idle). Safe to clear here, before the conditions are checked and the set is built: whatever was
+    triggered before is in what follows, whatever is triggered after wakes the wait."""
+    g = ex._guard
+    if g is None:
+        return
+    try:
+        with g.handle, ex._context.handle:
+            ws = _rclpy.WaitSet(0, 1, 0, 0, 0, 0, ex._context.handle)
+            ws.add_guard_condition(g.handle)
+            ws.wait(0)
+    except InvalidHandle:   # shut down meanwhile: the loop's checks say so
+        pass
