@@ -155,9 +155,10 @@ def test_pause_step_seek_and_rate_over_the_services_change_what_is_published(sho
             n0, t0 = len(odom_stamps(probe)), time.monotonic()
             assert calls.trigger("toggle_paused").success and not calls.trigger("is_paused").success
             probe.spin_for(1.0)
+            assert probe.spin_until(lambda: len(odom_stamps(probe)) > n0, 20)   # a loaded machine: some time
             played = len(odom_stamps(probe)) - n0
             bag_s = (time.monotonic() - t0) * 0.25
-            assert 0 < played <= bag_s * 50 + 2, (played, bag_s)     # 50 Hz odometry: never ahead of 0.25x
+            assert played <= bag_s * 50 + 2, (played, bag_s)          # 50 Hz odometry: never ahead of 0.25x
             # Pause again: what is out stays out, nothing more comes.
             assert calls.trigger("pause").success and calls.trigger("is_paused").success
             probe.spin_for(0.3)
@@ -337,12 +338,12 @@ def test_a_wall_clock_replay_pauses_steps_and_rerates_over_the_same_services(sho
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "2",
-                                 "--until", "2.5", "--services", "--json"], cwd=ROOT, env=env,
+                                 "--until", "2.5", "--services", "--paused", "--json"], cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         with Probe({}, domain_id=domain) as probe:
             calls = Calls(probe, "/rt_runtime_replay")
-            assert calls.trigger("pause").success and calls.trigger("is_paused").success
+            assert calls.trigger("is_paused").success   # --paused
             probe.spin_for(3.0)            # at 2x the 2.5 s would be over in 1.25 s once fed: paused, it is not
             assert proc.poll() is None, log.read_text()
             for _ in range(3):

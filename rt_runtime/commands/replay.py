@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from typing import Any
 
@@ -48,6 +49,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--services", action="store_true",
                    help="with --speed X: pause, resume, step and rate over ROS 2 services and parameters on node "
                         "rt_runtime_replay, named as play's (docs/ROS.md, Controlling playback; the ros extra)")
+    p.add_argument("--paused", action="store_true",
+                   help="with --speed X: start paused (resume from the keys, --foxglove's playback bar or --services)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
     return p
 
@@ -193,7 +196,8 @@ def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tup
     if args.until is not None:
         duration_ns = min(duration_ns, int(args.until * 1e9))
     periods = [t.period_ns for t in cfg.tasks if getattr(t, "period_ns", None)]
-    control = replay_controller(max(1, duration_ns), speed, min(periods) if periods else 100_000_000)
+    control = replay_controller(max(1, duration_ns), speed, min(periods) if periods else 100_000_000,
+                                paused=bool(getattr(args, "paused", False)))
     fox = None
     if getattr(args, "foxglove", None) is not None:
         from ..cli import UsageError
@@ -229,6 +233,13 @@ def _services(control: Any) -> Any:
     print("rt-runtime replay: pause, resume, step and rate on /rt_runtime_replay (~/pause, ~/resume, "
           "~/toggle_paused, ~/is_paused, ~/play_next, ~/play_period; parameter rate)", file=sys.stderr, flush=True)
     return node
+
+
+def _on_terminal() -> bool:
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return False
 
 
 def _keys(control: Any) -> Any:
@@ -297,6 +308,10 @@ def run(args: argparse.Namespace) -> int:
             cfg = dataclasses.replace(cfg, device=args.device)
         # On the wall clock: pause, step and rate from the keys (a terminal) and Foxglove's playback bar.
         control, fox = _playback(bag, cfg, speed, args) if speed != "max" else (None, None)
+        if getattr(args, "paused", False) and (control is None or not (fox is not None or args.services or
+                                                                         _on_terminal())):
+            raise UsageError("--paused: nothing could resume this replay: it needs --speed X and a terminal, "
+                             "--foxglove or --services")
         services = _services(control) if getattr(args, "services", False) else None
         try:
             live = live_view(args, cfg, "rt-runtime replay", fox.server_options() if fox is not None else None)
