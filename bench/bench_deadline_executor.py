@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# a child of mode "before" imports rt_runtime from the tree --before names (the rest from this one)
+sys.path.insert(0, os.environ.get("BENCH_RT_BEFORE") or str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 MODES = ("single", "events", "deadline")
 ALL_MODES = (*MODES, "deadline_cfg")
@@ -52,7 +53,7 @@ def _executor(mode: str) -> Any:
     if mode == "events":
         from rclpy.experimental import EventsExecutor
         return EventsExecutor()
-    if mode.startswith("deadline"):
+    if mode.startswith("deadline") or mode == "before":
         from rt_runtime.ros import DeadlineExecutor
         return DeadlineExecutor(HOT_CONFIG if mode == "deadline_cfg" else None)
     return SingleThreadedExecutor()
@@ -63,7 +64,7 @@ def child_autoware(mode: str, seconds: float, limit: int) -> dict:
     import rclpy.executors
 
     import bench_autoware as BA
-    if mode.startswith("deadline"):   # run_rclpy makes a SingleThreadedExecutor: this one takes its place
+    if mode.startswith("deadline") or mode == "before":   # run_rclpy makes a SingleThreadedExecutor: this one takes its place
         from rt_runtime.ros import DeadlineExecutor
         cfg = HOT_CONFIG if mode == "deadline_cfg" else None
         rclpy.executors.SingleThreadedExecutor = lambda: DeadlineExecutor(cfg)   # type: ignore[misc]
@@ -171,8 +172,10 @@ ROWS = [("hot-path latency p50 (ms)", lambda r: r["hot_path_latency_ms"]["p50"])
         ("process CPU (s per s)", lambda r: r["cpu_per_s"])]
 
 
-def _run(args: list[str], domain: int, timeout: float) -> dict:
+def _run(args: list[str], domain: int, timeout: float, before: str | None = None) -> dict:
     env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain))
+    if before and args[1].endswith(":before"):
+        env["BENCH_RT_BEFORE"] = before
     p = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed:\n{p.stderr[-2000:]}")
@@ -189,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", choices=("autoware", "dispatch", "idle"))
     ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(ALL_MODES)}")
     ap.add_argument("--crunch-ms", type=float, default=4.0)
+    ap.add_argument("--before", metavar="DIR", help="add mode 'before': the DeadlineExecutor of another tree "
+                    "(git archive REV rt_runtime | tar -x -C DIR), interleaved with the others")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, help=argparse.SUPPRESS)
@@ -200,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                                                                                             a.idle_nodes)
         print(json.dumps(out))
         return 0
-    modes = [m for m in a.modes.split(",") if m]
-    bad = [m for m in modes if m not in ALL_MODES]
+    modes = [m for m in a.modes.split(",") if m] + (["before"] if a.before else [])
+    bad = [m for m in modes if m not in (*ALL_MODES, "before")]
     if bad:
         print(f"bench_deadline_executor: --modes: {bad[0]!r} is not one of {', '.join(ALL_MODES)}", file=sys.stderr)
         return 2
@@ -217,13 +222,13 @@ def main(argv: list[str] | None = None) -> int:
             for m in modes:
                 if a.only in (None, "dispatch"):
                     res["dispatch"][m].append(_run(["--child", f"dispatch:{m}", "--messages", str(a.messages),
-                                                    "--idle-nodes", str(a.idle_nodes)], base, 120))
+                                                    "--idle-nodes", str(a.idle_nodes)], base, 120, a.before))
                 if a.only == "idle":
                     res["idle"][m].append(_run(["--child", f"idle:{m}", "--seconds", str(a.seconds),
-                                                "--idle-nodes", str(a.idle_nodes)], base, a.seconds + 120))
+                                                "--idle-nodes", str(a.idle_nodes)], base, a.seconds + 120, a.before))
                 if a.only in (None, "autoware"):
                     res["autoware"][m].append(_run(["--child", f"autoware:{m}", "--seconds", str(a.seconds),
-                                                    "--limit", str(limit)], base, a.seconds + 120))
+                                                    "--limit", str(limit)], base, a.seconds + 120, a.before))
     table = {m: {name: med([f(r) for r in res["autoware"][m]]) for name, f in ROWS} for m in modes}
     disp = {m: {k: med([r[k] for r in res["dispatch"][m]]) for k in ("wall_us", "cpu_us")} for m in modes}
     idle = {m: {k: med([r[k] for r in res["idle"][m]]) for k in ("cpu_per_s", "ticks_per_s", "cpu_us_per_tick")}

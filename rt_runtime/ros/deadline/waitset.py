@@ -79,15 +79,17 @@ def wait_ready(ex: Any, timeout_sec: Any = None, nodes: list | None = None,
         entered: list[Any] = []
         try:
             def enter(pairs: list) -> list:
+                """(entity, node, handle) of each entity whose handle could be entered (its handle read once)."""
                 kept = []
                 for pair in pairs:
-                    h = pair[0].handle if isinstance(pair, tuple) else pair.handle
+                    e, node = pair if isinstance(pair, tuple) else (pair, None)
+                    h = e.handle
                     try:
                         h.__enter__()
                     except InvalidHandle:
                         continue
                     entered.append(h)
-                    kept.append(pair)
+                    kept.append((e, node, h))
                 return kept
             subs, clients, services, timers, guards = (enter(x) for x in (subs, clients, services, timers, guards))
             extra_timers, extra_guards = enter(extra_timers), enter(extra_guards)
@@ -111,20 +113,11 @@ def wait_ready(ex: Any, timeout_sec: Any = None, nodes: list | None = None,
             ws = _rclpy.WaitSet(count.num_subscriptions, count.num_guard_conditions, count.num_timers,
                                 count.num_clients, count.num_services, count.num_events, ex._context.handle)
             ws.clear_entities()
-            for e, _ in subs:
-                ws.add_subscription(e.handle)
-            for e, _ in clients:
-                ws.add_client(e.handle)
-            for e, _ in services:
-                ws.add_service(e.handle)
-            for e, _ in timers:
-                ws.add_timer(e.handle)
-            for t in extra_timers:
-                ws.add_timer(t.handle)
-            for e, _ in guards:
-                ws.add_guard_condition(e.handle)
-            for g in extra_guards:
-                ws.add_guard_condition(g.handle)
+            for add, entries in ((ws.add_subscription, subs), (ws.add_client, clients), (ws.add_service, services),
+                                 (ws.add_timer, timers), (ws.add_timer, extra_timers),
+                                 (ws.add_guard_condition, guards), (ws.add_guard_condition, extra_guards)):
+                for _, _, h in entries:
+                    add(h)
             for w, _ in waitables:
                 w.add_to_wait_set(ws)
             ws.wait(timeout_nsec)
@@ -137,12 +130,10 @@ def wait_ready(ex: Any, timeout_sec: Any = None, nodes: list | None = None,
             timers_ready = set(ws.get_ready_entities('timer'))
             clients_ready = set(ws.get_ready_entities('client'))
             services_ready = set(ws.get_ready_entities('service'))
-            for gc, _ in guards:
-                if gc.handle.pointer in guards_ready:
+            # the ready sets are mostly empty: an entity's pointer is asked only when its kind has one ready
+            for gc, _, h in (guards + extra_guards) if guards_ready else ():
+                if h.pointer in guards_ready:
                     gc._executor_triggered = True
-            for g in extra_guards:
-                if g.handle.pointer in guards_ready:
-                    g._executor_triggered = True
             for w, node in waitables:
                 if w.is_ready(ws) and w.callback_group.can_execute(w):
                     yielded = True
@@ -151,25 +142,24 @@ def wait_ready(ex: Any, timeout_sec: Any = None, nodes: list | None = None,
             for h in reversed(entered):
                 h.__exit__(None, None, None)
 
-        for tmr, node in timers:
-            if tmr.handle.pointer in timers_ready and tmr.handle.is_timer_ready() and \
-                    tmr.callback_group.can_execute(tmr):
+        for tmr, node, h in timers if timers_ready else ():
+            if h.pointer in timers_ready and h.is_timer_ready() and tmr.callback_group.can_execute(tmr):
                 yielded = True
                 yield ex._make_handler(tmr, node, ex._take_timer), tmr, node
-        for sub, node in subs:
-            if sub.handle.pointer in subs_ready and sub.callback_group.can_execute(sub):
+        for sub, node, h in subs if subs_ready else ():
+            if h.pointer in subs_ready and sub.callback_group.can_execute(sub):
                 yielded = True
                 yield ex._make_handler(sub, node, ex._take_subscription), sub, node
-        for gc, node in guards:
+        for gc, node, _ in guards:
             if gc._executor_triggered and gc.callback_group and gc.callback_group.can_execute(gc):
                 yielded = True
                 yield ex._make_handler(gc, node, ex._take_guard_condition), gc, node
-        for cli, node in clients:
-            if cli.handle.pointer in clients_ready and cli.callback_group.can_execute(cli):
+        for cli, node, h in clients if clients_ready else ():
+            if h.pointer in clients_ready and cli.callback_group.can_execute(cli):
                 yielded = True
                 yield ex._make_handler(cli, node, ex._take_client), cli, node
-        for srv, node in services:
-            if srv.handle.pointer in services_ready and srv.callback_group.can_execute(srv):
+        for srv, node, h in services if services_ready else ():
+            if h.pointer in services_ready and srv.callback_group.can_execute(srv):
                 yielded = True
                 yield ex._make_handler(srv, node, ex._take_service), srv, node
         if timeout_nsec == 0 or (timeout_timer is not None and timeout_timer.handle.pointer in timers_ready):
