@@ -142,7 +142,20 @@ class Player:
                 self._tick(C.position(pb, now))   # held while paused
             ctl.wait(min(period_ns, period_ns if wake is None else wake - now) / 1e9)
         self.stats.wall_s = time.monotonic() - start
+        self._drain()
         return self.stats
+
+    def _drain(self, timeout_s: float = 1.0) -> None:
+        """Leave reliable readers up to ``timeout_s`` to acknowledge what was published: a process that exits
+        right after its last publish can take the last samples with it (a test lost the bag's last message in 1 run of 6)."""
+        from rclpy.duration import Duration
+
+        end = time.monotonic() + timeout_s
+        for pub in self.pubs.values():
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            pub.wait_for_all_acked(Duration(nanoseconds=int(left * 1e9)))
 
     def close(self) -> None:
         """Release the bag."""
