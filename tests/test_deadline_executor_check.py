@@ -2,7 +2,7 @@
 the callbacks analysed with the execution times the trace observed, another configuration's timing applied
 over the run's, and one line for each bad input (docs/ROS.md, "rt-runtime check on a run").
 
-The run is recorded once per module on a ROS_DOMAIN_ID of 170..179 (LOCALHOST discovery). The planner's
+The run is recorded once per module on a ROS_DOMAIN_ID of 210..219 (LOCALHOST discovery). The planner's
 callback sleeps 20 ms, so its observed execution is at least that on any machine: the verdicts below
 follow from that lower bound and from configured values, never from how fast this machine is.
 """
@@ -29,7 +29,7 @@ from rt_runtime import cli  # noqa: E402
 from rt_runtime.ros import DeadlineExecutor  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(120)]
-DOMAIN = 170 + os.getpid() % 10
+DOMAIN = 210 + os.getpid() % 10
 MS = 1_000_000
 
 

@@ -2,7 +2,7 @@
 the graph (a publisher's QoS deadline, seen through discovery), the ``@deadline`` decorator and the node's
 ``rt.<callback>.<key>`` parameters, merged with the file (docs/ROS.md, "Per-callback timing in code").
 
-Each test has its own rclpy contexts on a ROS_DOMAIN_ID of 160..169 (LOCALHOST discovery). Nothing here
+Each test has its own rclpy contexts on a ROS_DOMAIN_ID of 200..209 (LOCALHOST discovery). Nothing here
 asserts a duration: the tests check where each deadline came from and what it is.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ from rt_runtime.ros import DeadlineExecutor  # noqa: E402
 from rt_runtime.ros.deadline import deadline  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(90)]
-DOMAIN = 160 + os.getpid() % 10
+DOMAIN = 200 + os.getpid() % 10
 MS = 1_000_000
 
 
