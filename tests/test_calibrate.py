@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from rt_runtime.cli import main
-from rt_runtime.commands.calibrate import Budget, fmt, rewrite, round_up
+from rt_runtime.commands.calibrate import Budget, fallback_shares, fmt, plan, rewrite, round_up
 from rt_runtime.config.stack import build_bindings, load_stack
 from rt_runtime.core.units import parse_duration
 from rt_runtime.sched.events import EventKind as K
@@ -71,13 +71,22 @@ def trace_p99s(trace: Path) -> tuple[dict[str, float], dict[str, dict[str, float
 def test_budgets_are_the_traces_p99_times_margin(calibrated):
     rc, doc, out, trace = calibrated
     job_p99, op_p99 = trace_p99s(trace)
-    entries = load_stack(out).entries
+    cfg = load_stack(out)
+    entries, before = cfg.entries, load_stack(CONFIG).entries
+    shares = fallback_shares(cfg)
     assert set(job_p99) == set(entries)
     for name, p99 in job_p99.items():
         wcet = parse_duration(entries[name]["wcet"])
         assert p99 * 1.5 - 1 <= wcet < p99 * 1.5 + 10_000, name      # rounded up to 10 us
         ops = {op: parse_duration(v) for op, v in entries[name]["op_budgets"].items()}
         want = {op: round_up(v * 1.5) for op, v in op_p99[name].items()}
+        if name in shares:   # ops the fallback also runs must fit its fallback_wcet, else they keep their budget
+            shared, budget = shares[name]
+            if sum(ns for op, ns in want.items() if op in shared) > budget:
+                kept = {op: parse_duration(v) for op, v in (before[name].get("op_budgets") or {}).items()}
+                assert all(ops.get(op) == kept.get(op) for op in shared), name
+                ops = {op: ns for op, ns in ops.items() if op not in shared}
+                want = {op: ns for op, ns in want.items() if op not in shared}
         assert set(ops) == set(want) and sum(ops.values()) <= wcet, name
         if sum(want.values()) <= wcet:
             assert ops == want, name
@@ -87,6 +96,17 @@ def test_budgets_are_the_traces_p99_times_margin(calibrated):
     t = {x["name"]: x for x in doc["tasks"]}
     assert all(math.isclose(t[n]["p99_ms"], job_p99[n] / 1e6, abs_tol=1e-4) for n in job_p99)
     build_bindings(load_stack(out))   # op budgets checked against the built graphs too
+
+
+def test_ops_the_fallback_also_runs_fit_its_own_budget_or_keep_theirs():
+    # a budget is per op name: planning's minimal_risk op runs in its fallback graph too, whose budget is
+    # fallback_wcet; on a loaded machine its p99 x margin exceeded it and calibrate wrote a config it refused
+    b = Budget("planning", jobs=10, p99_ns=10e6, op_p99_ns={"plan": 2e6, "minimal_risk": 1.4e6})
+    plan(b, 1.5, (frozenset({"minimal_risk"}), 1_600_000))
+    assert b.ops == {"plan": "3ms"} and "['minimal_risk'] left out" in b.note and "fallback_wcet of 1.6ms" in b.note
+    b = Budget("planning", jobs=10, p99_ns=10e6, op_p99_ns={"plan": 2e6, "minimal_risk": 1.0e6})
+    plan(b, 1.5, (frozenset({"minimal_risk"}), 1_600_000))
+    assert b.ops == {"plan": "3ms", "minimal_risk": "1.5ms"} and "left out" not in b.note
 
 
 def test_written_config_keeps_the_original_text(calibrated):

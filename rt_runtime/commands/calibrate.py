@@ -125,6 +125,19 @@ def checked_steps(cfg: Any) -> dict[str, str]:
     return out
 
 
+def fallback_shares(cfg: Any) -> dict[str, tuple[frozenset[str], int]]:
+    """Task -> (the ops its fallback graph shares with its graph, ``fallback_wcet`` in ns), where it has one."""
+    from ..config.stack import build_bindings
+
+    bindings, _ = build_bindings(cfg, speculate=False)
+    out = {}
+    for b in bindings:
+        if b.fallback is not None and b.fallback_wcet_ns is not None:
+            out[b.name] = (frozenset(o.name for o in b.graph.ops) & frozenset(o.name for o in b.fallback.ops),
+                           b.fallback_wcet_ns)
+    return out
+
+
 def round_up(ns: float) -> int:
     """Nanoseconds rounded up to the next 10 us (at least 10 us)."""
     return max(STEP_NS, math.ceil(round(ns / STEP_NS, 6)) * STEP_NS)
@@ -137,8 +150,12 @@ def fmt(ns: int) -> str:
     return f"{ns / 1e6:.2f}".rstrip("0").rstrip(".") + "ms"
 
 
-def plan(b: Budget, margin: float) -> None:
-    """Fill in the new wcet and op budgets; op budgets that add up to more than the wcet are scaled to fit."""
+def plan(b: Budget, margin: float, fallback: tuple[frozenset[str], int] | None = None) -> None:
+    """Fill in the new wcet and op budgets; op budgets that add up to more than the wcet are scaled to fit.
+
+    ``fallback``: the ops the task's fallback graph shares with its graph and the fallback's own budget
+    (``fallback_wcet``): a budget is per op name, so those ops' budgets must fit it as well; where they
+    do not, they are left out (the split rule shares the wcet among them) and the note says so."""
     wcet = round_up(b.p99_ns * margin)
     b.new = fmt(wcet)
     ops = {op: round_up(ns * margin) for op, ns in b.op_p99_ns.items()}
@@ -151,6 +168,13 @@ def plan(b: Budget, margin: float) -> None:
         b.note += f"; op budgets scaled by {f:.2f} to fit"
         if sum(ops.values()) > wcet:
             ops, b.note = {}, b.note + " (they cannot: left out)"
+    if fallback is not None:
+        shared, budget = fallback
+        if sum(ns for op, ns in ops.items() if op in shared) > budget:
+            left = sorted(op for op in ops if op in shared)
+            ops = {op: ns for op, ns in ops.items() if op not in shared}
+            b.note += (f"; op budgets of {left} left out: they also run in the fallback graph and would exceed its "
+                       f"fallback_wcet of {fmt(round_up(budget))} (raise it to keep them)")
     b.ops = {op: fmt(ns) for op, ns in ops.items()}
 
 
@@ -322,11 +346,12 @@ def _run(args: argparse.Namespace, staged: list[Any]) -> int:
             raise UsageError(str(e)) from None
     budgets = {name: budgets.get(name) or Budget(name, note="not measured (no complete job in the bag): kept")
                for name in cfg.entries}   # in the config's order
+    shared = fallback_shares(cfg)
     for name, e in cfg.entries.items():
         b = budgets[name]
         b.old = str(e["wcet"])
         if b.jobs:
-            plan(b, margin)
+            plan(b, margin, shared.get(name))
     host = machine()
     header = [f"{HEADER[2:]} on {host['host']} ({host['cpu']}, {host['cores']} cores), "
               f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: wcet = p99 of",
