@@ -20,6 +20,7 @@ from rt_runtime.device.base import device_for
 from rt_runtime.exec.executor import GraphExecutor
 from rt_runtime.replay import replay
 from rt_runtime.sched import ChannelConfig, Runtime, TaskBinding
+from rt_runtime.sched.budget import BudgetCost
 
 from replay_fixtures import short_bag  # noqa: F401 - a fixture
 from test_replay_determinism import CONFIG
@@ -76,10 +77,13 @@ def two_tasks(device) -> list[tuple[int, float]]:
     x, y = TensorSpec("x", (4,), "float32"), TensorSpec("y", (4,), "float32")
     inc = Graph("cons", [Op("inc", lambda a, o: torch.add(a, 1.0, out=o), (x,), (y,))], [x], ["y"])
     seen: list[tuple[int, float]] = []
-    rt = Runtime([TaskBinding(Task("prod", 10 * MS, 5 * MS, trigger="/in"), slow_affine("prod", 0.002),
-                              inputs={"x": "/in"}, outputs={"y": "/mid"}),
-                  TaskBinding(Task("cons", 10 * MS, 2 * MS, trigger="/mid"), inc, inputs={"x": "/mid"},
-                              outputs={"y": "/out"})],
+    bindings = [TaskBinding(Task("prod", 10 * MS, 5 * MS, trigger="/in"), slow_affine("prod", 0.002),
+                            inputs={"x": "/in"}, outputs={"y": "/mid"}),
+                TaskBinding(Task("cons", 10 * MS, 2 * MS, trigger="/mid"), inc, inputs={"x": "/mid"},
+                            outputs={"y": "/out"})]
+    # Budget timing: the schedule is logical, so both devices must publish the same sequence on any machine
+    # (measured timing let a loaded machine stretch prod's 2 ms op past its deadline: a miss, one output less)
+    rt = Runtime(bindings, cost=BudgetCost(bindings),
                  channels=[ChannelConfig("/in"), ChannelConfig("/mid"), ChannelConfig("/out")], device=device,
                  egress=lambda ch, t, seq, d: seen.append((t, float(d[0]))) if ch == "/out" else None)
     for i in range(15):
