@@ -30,7 +30,9 @@ def test_a_signal_during_an_sqlite3_replay_keeps_a_readable_partial_bag(sig, cod
     bag, cfg = inputs
     p = start("replay", bag, "--config", cfg, "--speed", "1", "--out-format", "sqlite3", "--out", "o",
               "--trace", "t.rttrace", cwd=tmp_path, staged=tmp_path / "o")
-    time.sleep(1.5)   # on the wall clock: outputs of the first second written (the bag is 3 s)
+    # The first second of outputs written (the bag is 3 s): 1.5 s of wall time in which the replay also got
+    # 0.5 s of CPU (a loaded machine gave it too little in 1.5 s alone: nothing had been written then)
+    ran(p.pid, wall_s=1.5, cpu_s=0.5, limit_s=60)
     p.send_signal(sig)
     out, err = p.communicate(timeout=100)
     assert p.returncode == code, (p.returncode, err)
@@ -40,6 +42,19 @@ def test_a_signal_during_an_sqlite3_replay_keeps_a_readable_partial_bag(sig, cod
         assert r.storage == "sqlite3" and r.metadata["partial"] == "true" and name in r.metadata["partial_reason"]
         assert r.truncated is None and r.message_count > 0 and len(list(r.messages())) == r.message_count
     assert leftovers(tmp_path) == []
+
+
+def process_cpu_s(pid: int) -> float:
+    """User and system CPU seconds process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ran(pid: int, wall_s: float, cpu_s: float, limit_s: float = 60) -> None:
+    """Return once ``wall_s`` have passed and process ``pid`` has used ``cpu_s`` more CPU (at most ``limit_s``)."""
+    t0, c0 = time.monotonic(), process_cpu_s(pid)
+    while time.monotonic() - t0 < limit_s and (time.monotonic() - t0 < wall_s or process_cpu_s(pid) - c0 < cpu_s):
+        time.sleep(0.05)
 
 
 def renderers(pid: int, wait_s: float = 90) -> list[int]:
