@@ -10,6 +10,7 @@ the end of its pipe, a ``RenderError``, never as a wait.
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import signal
 from collections.abc import Callable, Iterator, Sequence
@@ -48,6 +49,12 @@ class Renderers:
         self._procs: list[Any] = []
         self._jobs: list[Any] = []
         self._frames: list[Any] = []
+        # A forked child inherits every object of a parent that may run DDS, torch or a websocket server
+        # on threads the child does not have; its garbage collector once finalized such an object and the
+        # renderer died of a segmentation fault (CI, after in-process rclpy tests). What exists now is
+        # collected here, in the parent, then frozen: the children's collector never looks at it.
+        gc.collect()
+        gc.freeze()
         try:
             for _ in range(n):
                 job_r, job_w = ctx.Pipe(duplex=False)
@@ -63,6 +70,8 @@ class Renderers:
         except BaseException:
             self.close()
             raise
+        finally:
+            gc.unfreeze()
 
     def frames(self, jobs: Sequence[Any]) -> Iterator[Any]:
         """``render(job)`` of every job, in order (job i goes to process i mod n)."""
