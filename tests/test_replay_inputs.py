@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import re
 import subprocess
 import sys
@@ -31,6 +32,15 @@ def test_unreadable_bag(tmp_path):
     proc = run_cli("replay", str(bad))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "garbage.mcap" in proc.stderr
+
+
+def test_a_record_length_past_memory_is_one_line(tmp_path):
+    # garbage whose first record claims 2**62 bytes: rosbags' reader raised MemoryError (a traceback, exit 1,
+    # on a random 200-byte file in CI)
+    bad = tmp_path / "huge.mcap"
+    bad.write_bytes(b"\x89MCAP0\r\n" + bytes([0x01]) + struct.pack("<Q", 1 << 62) + b"x" * 100)
+    proc = run_cli("replay", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "huge.mcap" in proc.stderr, proc.stderr
 
 
 def test_missing_topics_are_listed_with_what_the_bag_has(short_bag, tmp_path):  # noqa: F811

@@ -36,7 +36,9 @@ DAMAGE_REPORTED: set[str] = set()
 
 # What the bag library's open raises on damaged bytes, besides its ReaderError: a file that ends right
 # after its magic (TypeError from ord(b'')), a cut record (struct.error), a missing index (AssertionError).
-_UNREADABLE = (ReaderError, OSError, KeyError, ValueError, TypeError, IndexError, AssertionError, struct.error)
+# MemoryError, OverflowError: a record length read from garbage (rosbags then asks for gigabytes)
+_UNREADABLE = (ReaderError, OSError, KeyError, ValueError, TypeError, IndexError, AssertionError, struct.error,
+               MemoryError, OverflowError)
 
 
 class BagMessage(NamedTuple):
