@@ -135,6 +135,13 @@ def test_a_ctrl_c_while_the_commands_load_is_one_line_not_a_traceback(capsys, mo
 
     real = cli.importlib.import_module
     monkeypatch.setattr(cli.importlib, "import_module", interrupted)
-    assert cli.main(["check", "config/stack.yaml"]) == 130
+    # As in a fresh `rt-runtime` process: Python's own SIGINT handler (an earlier test in this process,
+    # rclpy's init among them, may have left its own, which swallows the signal).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = cli.main(["check", "config/stack.yaml"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert code == 130
     err = capsys.readouterr().err
     assert err.strip().splitlines() == ["rt-runtime: interrupted by SIGINT while starting"]
