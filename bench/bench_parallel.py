@@ -1,8 +1,5 @@
 """Parallel commit (`replay --parallel N`): the built-in scenario with 1 and 2 threads computing, side by side.
 
-Two more variants run the op bodies as Python (``RT_RUNTIME_EAGER_KERNELS=1``: the stack before
-its TorchScript kernels, ``exec/kernel.py``), the anchor for what the kernels buy.
-
 Each replay runs in its own process (peak RSS is a per-process high-water mark), the variants
 interleaved, ``RUNS`` rounds; the table has medians. The anchor, in the same run: the serial driver
 (``parallel=0``: each op runs where the virtual clock books it, the replay loop before parallel
@@ -28,9 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = 3 if not os.environ.get("BENCH_QUICK") else 1
-# (label, parallel, op bodies as Python: RT_RUNTIME_EAGER_KERNELS=1, the stack before its kernels)
-VARIANTS = (("serial driver (anchor)", 0, False), ("--parallel 1", 1, False), ("--parallel 2", 2, False),
-            ("-p1, Python op bodies", 1, True), ("-p2, Python op bodies", 2, True))
+# (label, parallel). The kernels run as the stack file says (`compile:`, eager by default, docs/REPLAY.md);
+# the "Python op bodies" rows of issue 18 measured the TorchScript kernels against eager and are gone with them.
+VARIANTS = (("serial driver (anchor)", 0), ("--parallel 1", 1), ("--parallel 2", 2))
 
 CHILD = r"""
 import json, resource, sys
@@ -47,9 +44,9 @@ print(json.dumps({"wall_s": r.wall_s, "speedup": r.speedup, "share": r.runtime_s
 """
 
 
-def run(parallel: int, eager: bool) -> dict:
+def run(parallel: int) -> dict:
     """One replay in a fresh process; its JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "RT_RUNTIME_EAGER_KERNELS": "1" if eager else "0"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run([sys.executable, "-c", CHILD, str(parallel)], capture_output=True, text=True, cwd=ROOT,
                        env=env, timeout=900)
     if p.returncode != 0:
@@ -61,10 +58,10 @@ def main() -> None:
     from rt_runtime.replay.defaults import default_bag
 
     default_bag()   # generate the scenario once, outside the measured runs
-    results: dict[str, list[dict]] = {label: [] for label, _, _ in VARIANTS}
+    results: dict[str, list[dict]] = {label: [] for label, _ in VARIANTS}
     for _ in range(RUNS):
-        for label, n, eager in VARIANTS:
-            results[label].append(run(n, eager))
+        for label, n in VARIANTS:
+            results[label].append(run(n))
     med = statistics.median
     one = med(r["wall_s"] for r in results["--parallel 1"])
     digests = {r["digest"] for rs in results.values() for r in rs}
@@ -73,7 +70,7 @@ def main() -> None:
           f"variants interleaved, medians; one digest over all runs: {len(digests) == 1}")
     print(f"{'variant':<24} {'wall s':>7} {'x real':>7} {'vs -p1':>7} {'share':>7} {'ops cpu s':>9} "
           f"{'runtime cpu s':>13} {'driver waited s':>15} {'peak RSS MB':>11} {'bets (lost)':>11} {'clean':>6}")
-    for label, _, _ in VARIANTS:
+    for label, _ in VARIANTS:
         rs = results[label]
         wall = med(r["wall_s"] for r in rs)
         print(f"{label:<24} {wall:>7.2f} {med(r['speedup'] for r in rs):>6.2f}x {one / wall:>6.2f}x "
