@@ -22,6 +22,7 @@ from ..sched import CostModel, Runtime, VirtualClock, WallClock
 from ..sched.binding import cpu_time_cost
 from ..sched.budget import BudgetCost
 from ..sched.events import EventKind, Observer
+from ..sched.runtime import freeze_heap
 from ..trace import TraceColumns, TraceRing, save_trace
 from .controller import Controller
 from .feed import FeedItem, decoded_feed, prefetched
@@ -137,8 +138,7 @@ class ReplayRun:
 
     def feed(self) -> None:
         """Feed the bag's messages to the stack in order, then run it to the end (or to the message before a stop)."""
-        gc.collect()
-        gc.freeze()  # what exists now is never collected: a full collection cannot stall a job mid-run
+        freeze_heap()   # before the clock starts (the runtime's first run would do it inside the measured time)
         self.wall0 = time.perf_counter()
         # the driver's own CPU (booking, channels, encoding), beside the computing threads'
         self.cpu0 = time.thread_time()

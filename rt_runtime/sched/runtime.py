@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import math
 import os
 import sys
@@ -54,6 +55,16 @@ from .watchdog import StallHook
 
 _INF = 1 << 62
 
+
+
+def freeze_heap() -> None:
+    """Collect once, then move every object that exists into the permanent generation.
+
+    Set-up (torch, the graphs, rclpy) leaves hundreds of thousands of objects; a full collection
+    traverses them all and stalls every thread for tens of ms at a time no schedule knows of. Frozen,
+    they are never traversed again: a collection in steady state sees only what the run made."""
+    gc.collect()
+    gc.freeze()
 
 class Runtime:
     """A scheduler with its clock and workers: ``push`` ingress, ``run_until`` a time, read ``stats``."""
@@ -251,6 +262,8 @@ class Runtime:
         try:
             first = not self._started
             self._started = True
+            if first and isinstance(self.clock, WallClock):
+                freeze_heap()   # the wall clock: a collection's stall would be a late job (virtual time waits)
             if self.threaded and first:
                 self._crew = Crew(self, self.rt_priority if self.realtime else None).start()
             if first and isinstance(self.clock, WallClock) and not self.clock.fixed_epoch:
@@ -309,6 +322,8 @@ class Runtime:
         if self._closed:
             return []
         self._closed = True
+        if self._started and isinstance(self.clock, WallClock):
+            gc.unfreeze()   # what set-up made may be collected again once the run is over
         if self.sched.par is not None:   # every computation waited for; the steps of unsettled ones traced
             self.sched.par.close(self.clock.now())
         return self._crew.stop() if self._crew is not None else []
