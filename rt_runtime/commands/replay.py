@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
                         "digest on any machine) or 'measured' (ops take the CPU time they used here)")
     p.add_argument("--workers", type=A.workers, help="worker count, 1 or more (default: the config's)")
     p.add_argument("--parallel", type=A.int_range(1, 1024, what="a thread count from 1 to 1024"), metavar="N", help="threads computing jobs under budget timing, "
-                   "committed in logical order: one digest for every N (default: the number of cores; "
+                   "committed in logical order: one digest for every N (default: none, each op computed where it is booked; "
                    "docs/REPLAY.md, --workers and --parallel)")
     p.add_argument("--reader", choices=("auto", "thread", "process"), default="auto",
                    help="where the bag is read and decoded: a thread, a child process (off the driver's GIL), or "

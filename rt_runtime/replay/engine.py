@@ -63,7 +63,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     ``speculate``: None runs the config's ``speculate:`` keys as they say (``enabled``), True turns them
     all on, False off (speculation runs in slack on the virtual clock or in worker threads).
     ``parallel``: threads computing jobs while the virtual clock books them (``sched.parallel``; None:
-    one per core); it applies under budget timing, where the schedule is known before any op runs;
+    the serial driver, as 0); it applies under budget timing, where the schedule is known before any op runs;
     elsewhere (measured timing, the wall clock) the ops run where they are scheduled, with a note when
     asked for. 0: the serial driver (ops run as they are booked, the driver before parallel commit).
     ``out`` is written into a temporary sibling and renamed on success (``replace``: over an existing

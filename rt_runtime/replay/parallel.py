@@ -1,17 +1,21 @@
-"""How many threads compute a replay's jobs (``sched.parallel``), and what to say where that is not asked-for."""
+"""How many threads compute a replay's jobs (``sched.parallel``), and what to say where that is not asked-for.
+
+Unasked, none: the serial driver runs each op where the virtual clock books it, the shortest path
+from the bag reader to the writer. With eager kernels a second computing thread mostly trades the GIL
+(the built-in bag on 2 cores: 3.70 s serial, 3.75 s at ``--parallel 2``, 88 MB more and 762 publishes on
+a bet; docs/BENCHMARKS.md, "Parallel commit"), so parallel commit is what a user asks for, not the default."""
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 
 def wanted_threads(parallel: int | None) -> int:
-    """The threads ``parallel`` asks to compute jobs: None is one per core."""
-    return parallel if parallel is not None else (os.cpu_count() or 1)
+    """The threads ``parallel`` asks to compute jobs: None (not asked) is 0, the serial driver."""
+    return parallel if parallel is not None else 0
 
 
 def parallel_threads(parallel: int | None, logical: bool, bindings: Sequence[Any], notes: list[str]) -> int:
-    """Threads computing jobs (0: the serial driver) for ``parallel`` (None: one per core); a note where
+    """Threads computing jobs (0: the serial driver) for ``parallel`` (None: 0); a note where
     the request cannot be met."""
     if parallel is not None and parallel < 0:
         raise ValueError(f"--parallel: expected 1 or more threads, found {parallel}")
