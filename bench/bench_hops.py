@@ -5,7 +5,7 @@ Replays the built-in scenario (``rt-runtime replay --until S``, budget timing) u
 every call of a function defined in ``rt_runtime``. A function entered at least ``--min-calls`` times
 (default 50: more than any set-up runs, fewer than the scenario's messages) is on the path of the
 messages: the table gives how many such functions there are per package, and in ``sched/`` and
-``safety/`` alone (the scheduler's hops), for ``--parallel 1`` and ``--parallel 2``. Kernels (op
+``safety/`` alone (the scheduler's hops), for a plain replay (the default), ``--parallel 1`` and ``--parallel 2``. Kernels (op
 bodies) and decoders are counted under their packages but are the same code in every mode.
 
 Run: ``python bench/bench_hops.py [--until S] [--tree DIR]`` (``--tree``: another checkout's rt_runtime,
@@ -37,7 +37,7 @@ def prof(frame, event, arg):
 threading.setprofile(prof)
 sys.setprofile(prof)
 try:
-    main(["replay", "--until", {until!r}, "--parallel", {par!r}, "--reader", "thread", "--json"])
+    main(["replay", "--until", {until!r}, *{par!r}, "--reader", "thread", "--json"])
 finally:
     sys.setprofile(None)
     threading.setprofile(None)
@@ -45,7 +45,7 @@ print("HOPS" + json.dumps([[k[0], k[1], v] for k, v in calls.items()]), file=sys
 '''
 
 
-def count(tree: str, until: str, par: str) -> dict[tuple[str, str], int]:
+def count(tree: str, until: str, par: list[str]) -> dict[tuple[str, str], int]:
     p = subprocess.run([sys.executable, "-c", CHILD.format(tree=tree, until=until, par=par)],
                        capture_output=True, text=True, cwd=tree)
     line = next((x for x in p.stderr.splitlines() if x.startswith("HOPS")), None)
@@ -62,9 +62,12 @@ def main() -> None:
     args = ap.parse_args()
     print(f"functions of rt_runtime entered >= {args.min_calls} times replaying {args.until} s of the built-in "
           f"bag ({args.tree})")
-    print(f"{'package':12s} {'--parallel 1':>13s} {'--parallel 2':>13s}")
-    rows: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
-    for i, par in enumerate(("1", "2")):
+    # The default: what a plain `rt-runtime replay` runs (the serial driver since issue 28; one thread per
+    # core before, i.e. --parallel 2 on 2 cores).
+    modes = (("default", []), ("--parallel 1", ["--parallel", "1"]), ("--parallel 2", ["--parallel", "2"]))
+    print(f"{'package':12s} " + " ".join(f"{label:>13s}" for label, _ in modes))
+    rows: dict[str, list[int]] = collections.defaultdict(lambda: [0] * len(modes))
+    for i, (_, par) in enumerate(modes):
         for (f, _), n in count(args.tree, args.until, par).items():
             if n >= args.min_calls:
                 pkg = f.split("/")[0] if "/" in f else f
@@ -73,8 +76,7 @@ def main() -> None:
                 if pkg in ("sched", "safety"):
                     rows["sched+safety"][i] += 1
     for pkg in sorted(rows, key=lambda k: (k.startswith("("), k)):
-        a, b = rows[pkg]
-        print(f"{pkg:12s} {a:13d} {b:13d}")
+        print(f"{pkg:12s} " + " ".join(f"{n:13d}" for n in rows[pkg]))
 
 
 if __name__ == "__main__":
