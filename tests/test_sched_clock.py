@@ -75,6 +75,26 @@ def test_periodic_task_on_the_wall_clock_is_released_on_time() -> None:
     assert st["published"] == 20 - len(late) and st["missed"] == len(late) and len(late) < 20
 
 
+def test_a_wall_clock_run_freezes_what_set_up_made_and_its_close_thaws_it() -> None:
+    # A full collection mid-run traverses every object set-up made and stalls the jobs (docs/BENCHMARKS.md,
+    # "The heap frozen"): on the wall clock they are frozen from the first run_until to close.
+    import gc
+    made = [[k] for k in range(1000)]   # set-up's objects, tracked by the collector
+    seen: list[int] = []
+    y = TensorSpec("y", (1,), "float32")
+    graph = Graph("g", [Op("f", lambda o: seen.append(gc.get_freeze_count()) or o.fill_(1.0), (), (y,))], [], ["y"])
+    gc.unfreeze()   # an earlier test's wall-clock runtime that was never closed may have frozen the heap
+    rt = Runtime([TaskBinding(Task("p", 10 * MS, 5 * MS), graph, outputs={"y": "/t"})], clock=WallClock())
+    rt.run_until(30 * MS)
+    rt.close()
+    assert seen and min(seen) >= len(made) and gc.get_freeze_count() == 0
+    virtual = Runtime([TaskBinding(Task("p", 10 * MS, 5 * MS), graph, outputs={"y": "/t"})], clock=VirtualClock())
+    seen.clear()
+    virtual.run_until(30 * MS)   # virtual time waits for a collection: nothing frozen
+    virtual.close()
+    assert seen and max(seen) == 0
+
+
 def test_message_pushed_from_another_thread_releases_a_triggered_task_inline() -> None:
     sink = RecordingSink()
     rt = Runtime([TaskBinding(Task("e", 5 * MS, 1 * MS, trigger="/in"), _copy(), inputs={"x": "/in"},

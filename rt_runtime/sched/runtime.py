@@ -56,7 +56,6 @@ from .watchdog import StallHook
 _INF = 1 << 62
 
 
-
 def freeze_heap() -> None:
     """Move every object that exists into the permanent generation (O(1): no collection).
 
@@ -67,6 +66,7 @@ def freeze_heap() -> None:
     between a fixed epoch and the first release; a caller with time before its clock starts (replay)
     collects first."""
     gc.freeze()
+
 
 class Runtime:
     """A scheduler with its clock and workers: ``push`` ingress, ``run_until`` a time, read ``stats``."""
