@@ -4,7 +4,7 @@ A full (generation 2) collection traverses every object set-up left (torch, the 
 thousands) and stalls every thread meanwhile; ``Runtime.run_until`` freezes the heap at a wall-clock
 run's start so that a collection in steady state sees only what the run made. Each run is its own
 process, the two variants interleaved; per run: the collections of generation 2 made during the run
-(after the runtime's own collect at its start) and the longest of any generation, the deadline misses,
+(from the runtime's first ``run_until`` on, where it freezes or, here, would have) and the longest of any generation, the deadline misses,
 the hot path's drops and p99, lost BehaviorPlanner cycles and the planner's period std.
 
     python bench/bench_heap_freeze.py                    # 2 rounds x 30 s

@@ -6,6 +6,7 @@ for the median only, and a single-sample bound is far from the value it tells ap
 """
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -78,7 +79,6 @@ def test_periodic_task_on_the_wall_clock_is_released_on_time() -> None:
 def test_a_wall_clock_run_freezes_what_set_up_made_and_its_close_thaws_it() -> None:
     # A full collection mid-run traverses every object set-up made and stalls the jobs (docs/BENCHMARKS.md,
     # "The heap frozen"): on the wall clock they are frozen from the first run_until to close.
-    import gc
     made = [[k] for k in range(1000)]   # set-up's objects, tracked by the collector
     seen: list[int] = []
     y = TensorSpec("y", (1,), "float32")

@@ -264,11 +264,12 @@ class Runtime:
         try:
             first = not self._started
             self._started = True
-            if first and isinstance(self.clock, WallClock):
+            wall_start = first and isinstance(self.clock, WallClock)
+            if wall_start:
                 freeze_heap()   # the wall clock: a collection's stall would be a late job (virtual time waits)
             if self.threaded and first:
                 self._crew = Crew(self, self.rt_priority if self.realtime else None).start()
-            if first and isinstance(self.clock, WallClock) and not self.clock.fixed_epoch:
+            if wall_start and not self.clock.fixed_epoch:
                 self.clock.reset_epoch()   # time 0 is the start of the first run: no release is late
             if self.threaded:
                 if self.realtime:
