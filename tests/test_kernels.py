@@ -150,6 +150,10 @@ def test_jit_builds_once_at_set_up_writes_the_eager_bits_and_auto_then_reads_the
     assert c.mode == "jit" and k.mode == "jit" and c.calls == 1000 and c.bit_equal == {"jit": True}
     assert c.t["jit"] > 0 and c.cost["jit"] > 0 and c.net["jit"] < 0    # 1000 calls never pay for a build
     assert torch.equal(ex.run({"x": x})["y"], x * 2.0)
+    # a job runs the compiled graph: built in inference mode, as the executor calls it (in another grad
+    # mode Dynamo's guards would fail: a recompile, refused under this stance, eager in a live run)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        ex.run({"x": x})
     assert bit_equal(k, k.impl, (x, torch.empty(8), 2.0))
     assert f"kernel {__name__}._scale: jit built in" in capsys.readouterr().err
     rec = json.loads(next(tmp_path.glob("*.json")).read_text())

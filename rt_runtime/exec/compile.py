@@ -110,23 +110,25 @@ def _same(a: Any, b: Any) -> bool:
 def bit_equal(k: Kernel, impl: Callable[..., Any], args: tuple[Any, ...]) -> bool:
     """Whether ``impl`` writes and returns what the Python body does on copies of ``args``."""
     want, got = _clone(args), _clone(args)
-    r_want, r_got = k.py(*want), impl(*got)
+    with torch.inference_mode():   # as an executor runs them (exec/executor.py)
+        r_want, r_got = k.py(*want), impl(*got)
     return _same(r_want, r_got) and all(_same(x, y) for x, y in zip(want, got))
 
 
 def per_call(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float = 0.2) -> float:
     """Median seconds of one call of ``fn`` on copies of ``args`` (a few batches within ``budget_s``)."""
     a = _clone(args)
-    t0 = time.perf_counter()
-    fn(*a)
-    once = max(time.perf_counter() - t0, 1e-7)
-    n = max(1, min(200, int(budget_s / 5 / once)))
-    batches = []
-    for _ in range(5):
+    with torch.inference_mode():   # as an executor runs it (exec/executor.py)
         t0 = time.perf_counter()
-        for _ in range(n):
-            fn(*a)
-        batches.append((time.perf_counter() - t0) / n)
+        fn(*a)
+        once = max(time.perf_counter() - t0, 1e-7)
+        n = max(1, min(200, int(budget_s / 5 / once)))
+        batches = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn(*a)
+            batches.append((time.perf_counter() - t0) / n)
     return statistics.median(batches)
 
 
@@ -176,7 +178,10 @@ def _build(k: Kernel, mode: str, args: tuple[Any, ...], key: str) -> Callable[..
             for options in JIT_OPTIONS:
                 try:
                     impl = torch.compile(k.py, dynamic=True, options=options)
-                    impl(*_clone(args))   # compiles now, at set-up
+                    # compiles now, at set-up, in inference mode: Dynamo guards on it, and an executor runs
+                    # its ops in it (a graph compiled outside would run eager there, eager_on_recompile)
+                    with torch.inference_mode():
+                        impl(*_clone(args))
                     return impl
                 except Exception:  # noqa: BLE001 - the Python wrapper's error is the one reported
                     if options is None:
