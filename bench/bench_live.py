@@ -1,9 +1,10 @@
 """What `replay --foxglove` costs: the built-in scenario's first ``RT_BENCH_LIVE_S`` seconds (default 5)
 replayed at ``--speed max`` (budget timing, one digest) without the live view (the anchor, measured in the
-same run), with it and no client, with a Foxglove protocol client subscribed to every channel, and with
-``--foxglove-mcap`` alone (no server: every channel written to a file). Every channel of the stack is on:
-jobs, windows, safety, degraded tasks, speculation, chain latencies and the trajectory and objects at the
-default 10 Hz (``live.channels.LiveSpec.of``).
+same run), with it and no client, with a Foxglove protocol client subscribed to every channel (in a process
+of its own, as the Foxglove app is: ``client``; on a thread of the replay's process, sharing its GIL:
+``client thread``), and with ``--foxglove-mcap`` alone (no server: every channel written to a file). Every
+channel of the stack is on: jobs and windows, safety, degraded tasks, speculation, chain latencies and the
+trajectory and objects, at the default 10 Hz (``live.channels.LiveSpec.of``).
 
 Wall time of ``replay()`` per variant, the median of ``RT_BENCH_REPEATS`` (default 5) runs, interleaved so
 load on a shared machine hits every variant alike; the digest of each variant, and the events the view
@@ -17,6 +18,8 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -57,14 +60,34 @@ def client(url: str, ready: threading.Event, counts: dict[str, int]) -> None:
     asyncio.run(go())
 
 
+def client_process(url: str) -> subprocess.Popen:
+    """``client`` in a process of its own (this file with ``--client URL``), once it is connected."""
+    proc = subprocess.Popen([sys.executable, __file__, "--client", url], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def client_main(url: str) -> None:
+    """The client process: 'ready' once connected, the message count once the server stopped."""
+    ready, counts = threading.Event(), {}
+    th = threading.Thread(target=client, args=(url, ready, counts), daemon=True)
+    th.start()
+    ready.wait(30)
+    print("ready", flush=True)
+    th.join()
+    print(counts.get("messages", 0), flush=True)
+
+
 def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
     """One replay: wall time, digest, the view's counts."""
     spec = LiveSpec.of(cfg)
     mcap = Path(tempfile.mkdtemp(prefix="bench-live-")) / "live.mcap" if variant == "mcap" else None
     live = None if variant == "none" else FoxgloveLive("127.0.0.1", 0, spec=spec, serve=mcap is None, mcap=mcap)
     counts: dict[str, int] = {}
-    th = None
+    th = proc = None
     if variant == "client":
+        proc = client_process(live.url)   # type: ignore[union-attr]
+    elif variant == "client thread":
         ready = threading.Event()
         th = threading.Thread(target=client, args=(live.url, ready, counts), daemon=True)   # type: ignore[union-attr]
         th.start()
@@ -80,6 +103,9 @@ def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
             mcap.parent.rmdir()
     if th is not None:
         th.join(30)
+    if proc is not None:
+        out, _ = proc.communicate(timeout=30)
+        counts["messages"] = int(out.split()[-1])
     return r.wall_s, r.output_digest, counts
 
 
@@ -103,7 +129,7 @@ def main() -> None:
     """Print the table."""
     bag = default_bag()
     cfg = stack_for_bag(default_config(), bag)
-    variants = ("none", "no client", "client", "mcap")
+    variants = ("none", "no client", "client", "client thread", "mcap")
     walls: dict[str, list[float]] = {v: [] for v in variants}
     info: dict[str, tuple[str, dict[str, int]]] = {}
     once(bag, cfg, "none")   # warm: the first replay of the process pays imports and caches
@@ -114,18 +140,23 @@ def main() -> None:
             info[v] = (digest, counts)
     anchor = statistics.median(walls["none"])
     per_emit = statistics.median(emit_ns() for _ in range(5))
-    print(f"built-in scenario, first {SECONDS:g} s at --speed max, median of {REPEATS} interleaved runs")
-    print(f"{'variant':<12} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} "
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"built-in scenario, first {SECONDS:g} s at --speed max, median of {REPEATS} interleaved runs "
+          f"(load average at the end: {load} on {os.cpu_count()} cores)")
+    print(f"{'variant':<13} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} "
           f"{'msgs':>7} {'view cpu ms':>11} {'emits ms':>9}")
     for v in variants:
         m = statistics.median(walls[v])
         digest, c = info[v]
         hot = c.get("events", 0) * per_emit / 1e6   # what the appends cost the scheduler's thread
-        print(f"{v:<12} {m:>8.3f} {100 * (m / anchor - 1):>+7.1f}% {min(walls[v]):>7.3f} {digest[:16]:>18} {c.get('events', 0):>8} "
+        print(f"{v:<13} {m:>8.3f} {100 * (m / anchor - 1):>+7.1f}% {min(walls[v]):>7.3f} {digest[:16]:>18} {c.get('events', 0):>8} "
               f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7} {c.get('cpu_ms', 0):>11} {hot:>9.2f}")
     print(f"one emit: {per_emit:.0f} ns (median of 5 x 200,000 appends); 'emits ms' = events x that, on the "
           "scheduler's thread; 'view cpu ms' = the server thread's CPU (folding, building, logging), off it")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--client"]:
+        client_main(sys.argv[2])
+    else:
+        main()

@@ -81,3 +81,24 @@ def read_mcap(path: Path) -> tuple[dict[str, tuple[str, str]], dict[str, list[An
             got.setdefault(ch.topic, []).append(decoders[ch.topic](msg.data))
         meta = {m.name: dict(m.metadata) for m in reader.iter_metadata()}
     return channels, got, meta
+
+
+def jobs_of(batches: list[dict]) -> list[dict]:
+    """The jobs of a task's ``/rt/tasks/<task>/jobs`` messages (a batch per interval), in order."""
+    return [j for b in batches for j in b["jobs"]]
+
+
+def latencies_of(batches: list[dict]) -> list[dict]:
+    """The outputs of a chain's ``/rt/chains/<chain>`` messages (a batch per interval), in order."""
+    return [x for b in batches for x in b["latencies"]]
+
+
+def conforms(msg: Any, schema: dict) -> bool:
+    """``msg`` has the required keys and no others of ``schema``'s, nested objects and arrays of them too."""
+    if schema.get("type") == "array":
+        return isinstance(msg, list) and all(conforms(m, schema["items"]) for m in msg)
+    if schema.get("type") != "object":
+        return True
+    props = schema["properties"]
+    return set(schema.get("required", ())) <= set(msg) <= set(props) and \
+        all(conforms(v, props[k]) for k, v in msg.items())

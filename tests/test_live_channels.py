@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 
 from rt_runtime.cli import main
-from rt_runtime.live.chains import ChainFold
+from rt_runtime.live.chains import CHAIN_SCHEMA, ChainFold
 from rt_runtime.live.outputs import OutputTap
 from rt_runtime.live.state import LiveState
 from rt_runtime.sched.events import REACT_DEGRADE, REACT_RECOVER, REACT_SPEC_HIT, REACT_SPEC_MISS
 from rt_runtime.sched.events import EventKind as K
 
-from foxglove_client import read_mcap, watch
+from foxglove_client import conforms, jobs_of, latencies_of, read_mcap, watch
 from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 pytest.importorskip("foxglove")
@@ -55,14 +55,20 @@ def test_replay_mcap_holds_every_channel_with_its_schema_and_counts_that_match_t
         else:
             assert encoding == "json" and schema.startswith("rt_runtime."), topic
     for t in doc["tasks"]:   # every job folded and written, the window's counts the run's
-        jobs, windows = got[f"/rt/tasks/{t['name']}/job"], got[f"/rt/tasks/{t['name']}/window"]
-        assert len(jobs) == t["jobs"] and windows[-1]["jobs"] == t["jobs"] and windows[-1]["misses"] == t["misses"]
+        batches = got[f"/rt/tasks/{t['name']}/jobs"]
+        jobs, window = jobs_of(batches), batches[-1]["window"]
+        assert len(jobs) == t["jobs"] and window["jobs"] == t["jobs"] and window["misses"] == t["misses"]
+        # a message per interval (5 Hz of the runtime's time) with a job ended in it, not one per job
+        assert len(batches) <= 2 * 5 + 2 and [b["t_ms"] for b in batches] == sorted(b["t_ms"] for b in batches)
+        assert len({j["job"] for j in jobs}) == len(jobs)
+    radar = got["/rt/tasks/radar_objects/jobs"]   # 20 Hz: four jobs a batch
+    assert len(jobs_of(radar)) >= 3 * len(radar) - 4, [len(b["jobs"]) for b in radar]
 
-    # Chain latencies: one message per output of the chain's last task, as `analyze` walks the trace back.
+    # Chain latencies: one per output of the chain's last task, as `analyze` walks the trace back.
     assert set(chains) and {f"/rt/chains/{n}" for n in chains} <= set(channels)
     for name, c in chains.items():
-        msgs = got[f"/rt/chains/{name}"]
-        assert len(msgs) == c["outputs"] and msgs[-1]["outputs"] == c["outputs"], name
+        msgs = latencies_of(got[f"/rt/chains/{name}"])
+        assert len(msgs) == c["outputs"] and got[f"/rt/chains/{name}"][-1]["outputs"] == c["outputs"], name
         assert max(m["age_ms"] for m in msgs) == pytest.approx(c["data_age_ms"]["max"])
         assert max(m["finished_ms"] for m in msgs) == pytest.approx(c["finished_ms"]["max"], abs=0.01)
         assert all(m["age_ms"] == pytest.approx(m["publish_ms"] - m["origin_ms"]) for m in msgs)
@@ -127,7 +133,7 @@ def test_an_interrupted_replay_leaves_its_mcap_readable_and_marked_partial(short
         client = threading.Thread(target=lambda: asyncio.run(asyncio.wait_for(watch(url, seen), 150)), daemon=True)
         client.start()
         end = time.monotonic() + 120
-        while len(seen.get("/rt/tasks/planning/job", ())) < 3 and time.monotonic() < end:   # well into the run
+        while len(jobs_of(seen.get("/rt/tasks/planning/jobs", []))) < 3 and time.monotonic() < end:   # well into it
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -138,7 +144,8 @@ def test_an_interrupted_replay_leaves_its_mcap_readable_and_marked_partial(short
     assert f"{mcap} (MCAP, marked partial)" in err
     channels, got, meta = read_mcap(mcap)
     assert meta["rt_runtime"]["partial"] == "true" and "SIGINT" in meta["rt_runtime"]["why"]
-    assert len(got["/rt/tasks/planning/job"]) >= len(seen["/rt/tasks/planning/job"]) >= 3 and "/rt/live" in channels
+    assert len(jobs_of(got["/rt/tasks/planning/jobs"])) >= len(jobs_of(seen["/rt/tasks/planning/jobs"])) >= 3
+    assert "/rt/live" in channels
 
 
 def test_an_mcap_over_an_input_or_an_existing_file_is_one_line(short_bag: Path, tmp_path, capsys) -> None:  # noqa: F811
@@ -159,7 +166,7 @@ def test_an_mcap_over_an_input_or_an_existing_file_is_one_line(short_bag: Path, 
 def fold_all(fold, events) -> list:
     out = []
     for ev in events:
-        out += fold(*ev)
+        out += fold(*ev) or []
     return out
 
 
@@ -174,7 +181,11 @@ def test_a_run_time_chain_member_reads_its_predecessors_job_and_a_free_one_the_l
         (K.RELEASE, 34 * MS, "C", 0, 0, 2), (K.CHAIN, 34 * MS, "C", 0, 0, 1),   # released by B's finish
         (K.FINISH, 41 * MS, "C", 0, 0, 0),
         (K.PUBLISH, 80 * MS, "B", 0, 1, 0), (K.PUBLISH, 80 * MS, "C", 0, 1, 0)])
-    msgs = {m["chain"]: m for _, m in out}
+    assert out == [] and f.pending()   # the outputs wait for the interval's batch
+    batches = {name: json.loads(text) for name, text in f.batch(100 * MS)}
+    assert all(name == m["chain"] and conforms(m, CHAIN_SCHEMA) for name, m in batches.items())
+    assert {(m["t_ms"], m["outputs"], len(m["latencies"])) for m in batches.values()} == {(100.0, 1, 1)}
+    msgs = {name: m["latencies"][0] for name, m in batches.items()}
     assert set(msgs) == {"abc", "bc"}
     assert (msgs["abc"]["origin_ms"], msgs["abc"]["age_ms"], msgs["abc"]["finished_ms"]) == (0.0, 80.0, 41.0)
     assert msgs["abc"]["deadline_ms"] is None and not msgs["abc"]["miss"]
@@ -184,11 +195,12 @@ def test_a_run_time_chain_member_reads_its_predecessors_job_and_a_free_one_the_l
 
 def test_a_chain_output_without_data_from_the_head_and_a_dropped_one_send_nothing() -> None:
     f = ChainFold([("ab", ("A", "B"), None)])
-    assert fold_all(f.fold, [(K.RELEASE, 0, "B", 0, 0, 0), (K.PUBLISH, 10 * MS, "B", 0, 1, 0)]) == []   # A not yet
+    fold_all(f.fold, [(K.RELEASE, 0, "B", 0, 0, 0), (K.PUBLISH, 10 * MS, "B", 0, 1, 0)])
+    assert f.batch(10 * MS) == []   # A not yet
     out = fold_all(f.fold, [(K.RELEASE, 20 * MS, "A", 0, 0, 0), (K.PUBLISH, 30 * MS, "A", 0, 1, 0),
                             (K.RELEASE, 40 * MS, "B", 1, 0, 0), (K.DROP, 45 * MS, "B", 1, 4, 1),
                             (K.PUBLISH, 50 * MS, "B", 1, 1, 0), (K.OP_START, 0, "B", 2, 0, 0)])
-    assert out == []
+    assert out == [] and f.batch(60 * MS) == []
 
 
 def test_degraded_tasks_follow_the_mode_each_reaction_leaves_and_the_safety_level_carries_them() -> None:
@@ -217,7 +229,10 @@ def test_speculation_verdicts_count_hits_and_misses() -> None:
     assert [(m["job"], m["hit"], m["hits"], m["misses"]) for m in spec] == [(1, True, 1, 0), (2, False, 1, 1),
                                                                            (3, True, 2, 1)]
     assert spec[-1]["hit_rate"] == pytest.approx(2 / 3)
-    assert s.open["plan"][3]["reaction"] == "spec_hit"
+    s.close()   # the jobs end as they stand: the verdict is each one's reaction
+    [(_, text)] = s.batch(3)
+    batch = json.loads(text)
+    assert [(j["job"], j["reaction"]) for j in batch["jobs"]] == [(1, "spec_hit"), (2, "spec_miss"), (3, "spec_hit")]
 
 
 class Route:
@@ -258,19 +273,26 @@ def test_the_layout_plots_only_channels_and_fields_the_live_view_serves() -> Non
     spec = LiveSpec.of(load_stack(root / "config" / "stack.yaml", {}))
     schemas = {"/rt/safety": S.SAFETY_SCHEMA, "/rt/degraded": S.MODE_SCHEMA, "/rt/speculation": S.SPEC_SCHEMA,
                "/rt/live": S.LIVE_SCHEMA, **{f"/rt/chains/{n}": C.CHAIN_SCHEMA for n, *_ in spec.chains}}
-    for t in spec.tasks:
-        schemas.update({f"/rt/tasks/{t}/job": S.JOB_SCHEMA, f"/rt/tasks/{t}/window": S.TASK_SCHEMA})
+    schemas.update({f"/rt/tasks/{t}/jobs": S.JOBS_SCHEMA for t in spec.tasks})
     drawn = {topic_of(r.topic) for r in spec.routes}
     paths = [p["value"] for c in layout["configById"].values() for p in c.get("paths", ())] + \
         [c["topicPath"] for c in layout["configById"].values() if "topicPath" in c]
     assert len(paths) > 20
-    for path in paths:
-        m = re.fullmatch(r"(/[\w/]+)(\{(\w+)==\"\w+\"\})?(?:\.(\w+))?", path)
+    for path in paths:   # a topic, a filter on a key of it, then fields, an array's sliced with [:]
+        m = re.fullmatch(r"(/[\w/]+)(\{(\w+)==\"\w+\"\})?((?:\.\w+(?:\[:\])?)*)", path)
         assert m, path
-        topic, _, key, field = m.groups()
+        topic, _, key, fields = m.groups()
         assert topic in schemas, path
-        for name in (key, field):
-            assert name is None or name in schemas[topic]["properties"], path
+        node = schemas[topic]
+        assert key is None or key in node["properties"], path
+        for name, sliced in re.findall(r"\.(\w+)(\[:\])?", fields):
+            assert node.get("type") == "object" and name in node["properties"], path   # an array is sliced first
+            node = node["properties"][name]
+            if sliced:
+                assert node.get("type") == "array", path
+                node = node["items"]
+        assert node.get("type") != "array" or path in {c.get("topicPath") for c in layout["configById"].values()}, \
+            path   # a plot of an array (unsliced) shows nothing; a table shows its rows
     panels = layout["configById"]
     assert set(panels["3D!scene"]["topics"]) == drawn   # the 3D panel draws the trajectory and the objects
     assert {p.split("!")[0] for p in panels} >= {"Plot", "StateTransitions", "3D", "RawMessages", "Table"}
@@ -295,17 +317,48 @@ def test_a_trajectory_and_tracks_are_drawn_where_they_are() -> None:
         warnings.simplefilter("ignore", DeprecationWarning)
         from foxglove import messages as m
     rows = np.array([[1.0, 2.0, 0.5, 3.0, 0.0], [4.0, 5.0, -0.25, 3.0, 1.0], [np.nan, 0, 0, 0, 2.0]])
-    msg = trajectory(m, {"trajectory": rows}, 1_500_000_000, "map")
-    path = proto_class("foxglove.PosesInFrame", m.PosesInFrame.get_schema().data).FromString(msg.encode())
+    path = proto_class("foxglove.PosesInFrame", m.PosesInFrame.get_schema().data).FromString(
+        trajectory({"trajectory": rows}, 1_500_000_000, "map"))
     assert (path.timestamp.seconds, path.timestamp.nanos, path.frame_id) == (1, 500_000_000, "map")
-    assert [(p.position.x, p.position.y) for p in path.poses] == [(1.0, 2.0), (4.0, 5.0)]   # a NaN row left out
+    assert [(p.position.x, p.position.y, p.position.z) for p in path.poses] == [(1.0, 2.0, 0), (4.0, 5.0, 0)]   # NaN out
     assert [2 * math.atan2(p.orientation.z, p.orientation.w) for p in path.poses] == pytest.approx([0.5, -0.25])
+    assert all(p.orientation.x == p.orientation.y == 0 for p in path.poses)
     tracks = np.zeros((3, 12))
-    tracks[0, :9] = [7, 2, 10.0, -3.0, 3.0, 4.0, 0.0, 1.8, 0.6]   # a cyclist at (10, -3), 5 m/s
+    tracks[0, :9] = [7, 2, 10.0, -3.0, 3.0, 4.0, 0.6, 1.8, 0.6]   # a cyclist at (10, -3), 5 m/s, heading 0.6
     tracks[1, :2] = [8, 0]
-    scene = proto_class("foxglove.SceneUpdate", m.SceneUpdate.get_schema().data).FromString(
-        objects(m, {"tracks": tracks, "count": np.array([1])}, 0, "map").encode())
-    assert len(scene.deletions) == 1 and [e.id for e in scene.entities] == ["cyclist/7"]   # count 1: one track
-    cube = scene.entities[0].cubes[0]
-    assert (cube.pose.position.x, cube.pose.position.y, cube.size.x, cube.size.y) == pytest.approx((10, -3, 1.8, 0.6))
-    assert scene.entities[0].texts[0].text == "#7 5.0 m/s"
+    scene_class = proto_class("foxglove.SceneUpdate", m.SceneUpdate.get_schema().data)
+    scene = scene_class.FromString(objects({"tracks": tracks, "count": np.array([1])}, 2_000_000_001, "map"))
+    assert [(d.type, d.timestamp.seconds, d.timestamp.nanos) for d in scene.deletions] == [(1, 2, 1)]   # ALL
+    [e] = scene.entities   # count 1: one track
+    assert (e.id, e.frame_id, e.timestamp.nanos, e.lifetime.seconds, e.lifetime.nanos) == \
+        ("cyclist/7", "map", 1, 0, 300_000_000)
+    [cube] = e.cubes
+    assert (cube.pose.position.x, cube.pose.position.y, cube.pose.position.z, cube.size.x, cube.size.y,
+            cube.size.z) == pytest.approx((10, -3, 0.75, 1.8, 0.6, 1.5))
+    assert 2 * math.atan2(cube.pose.orientation.z, cube.pose.orientation.w) == pytest.approx(0.6)
+    assert (cube.color.r, cube.color.g, cube.color.b, cube.color.a) == pytest.approx((1.0, 0.7, 0.1, 0.8))
+    [text] = e.texts
+    assert (text.text, text.billboard, text.scale_invariant, text.font_size) == ("#7 5.0 m/s", True, True, 14.0)
+    assert (text.pose.position.x, text.pose.position.y, text.pose.position.z, text.pose.orientation.w) == \
+        pytest.approx((10, -3, 1.8, 1.0))
+    # Written straight as bytes (live.wire): what the SDK's own message objects encode to, decoded, is the same.
+    tracks[1, :9] = [8, 9, -1.0, 2.0, 0.0, -1.0, -0.3, 0.05, 4.0]   # a class out of range, a length under 0.1
+    ours = scene_class.FromString(objects({"tracks": tracks, "count": np.array([2])}, 3, "odom"))
+    stamp, life = m.Timestamp(sec=0, nsec=3), m.Duration(sec=0, nsec=300_000_000)
+
+    def pose(x: float, y: float, z: float, yaw: float) -> object:
+        return m.Pose(position=m.Vector3(x=x, y=y, z=z),
+                      orientation=m.Quaternion(x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2)))
+
+    sdk = m.SceneUpdate(deletions=[m.SceneEntityDeletion(timestamp=stamp, type=m.SceneEntityDeletionType.All)],
+                        entities=[m.SceneEntity(
+                            timestamp=stamp, frame_id="odom", id=ident, lifetime=life,
+                            cubes=[m.CubePrimitive(pose=pose(x, y, 0.75, yaw), size=m.Vector3(x=sx, y=sy, z=1.5),
+                                                   color=m.Color(r=r, g=g, b=b, a=0.8))],
+                            texts=[m.TextPrimitive(pose=pose(x, y, 1.8, 0.0), billboard=True, font_size=14.0,
+                                                   scale_invariant=True, color=m.Color(r=1.0, g=1.0, b=1.0, a=1.0),
+                                                   text=text)])
+                            for ident, x, y, yaw, sx, sy, (r, g, b), text in (
+                                ("cyclist/7", 10.0, -3.0, 0.6, 1.8, 0.6, (1.0, 0.7, 0.1), "#7 5.0 m/s"),
+                                ("object/8", -1.0, 2.0, -0.3, 0.1, 4.0, (0.7, 0.7, 0.7), "#8 1.0 m/s"))])
+    assert ours == scene_class.FromString(sdk.encode())

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from rt_runtime.cli import main
-from rt_runtime.live.state import LiveState
+from rt_runtime.live.state import JOBS_SCHEMA, LiveState
 from rt_runtime.sched.events import EventKind as K
 
-from foxglove_client import watch
+from foxglove_client import conforms, jobs_of, watch
 from replay_fixtures import short_bag  # noqa: F401 - a fixture
 
 websockets = pytest.importorskip("websockets")
@@ -45,7 +45,7 @@ def test_a_client_receives_the_advertised_channels_with_their_schemas_and_decode
     tasks = {t["name"]: t for t in doc["tasks"]}
     assert {"/rt/safety", "/rt/live"} <= set(advertised)
     for name in tasks:
-        assert {f"/rt/tasks/{name}/job", f"/rt/tasks/{name}/window"} <= set(advertised)
+        assert f"/rt/tasks/{name}/jobs" in set(advertised)
     for topic, ch in advertised.items():
         if topic.startswith("/rt/out/"):   # the outputs, in Foxglove's own schemas (tests/test_live_channels.py)
             assert ch["encoding"] == "protobuf" and ch["schemaName"].startswith("foxglove."), ch
@@ -54,11 +54,15 @@ def test_a_client_receives_the_advertised_channels_with_their_schemas_and_decode
         schema = json.loads(ch["schema"])
         assert schema["type"] == "object" and ch["schemaName"] == schema["title"]
         for msg in got.get(topic, ()):
-            assert set(schema["required"]) <= set(msg) <= set(schema["properties"]), topic
+            assert conforms(msg, schema), (topic, msg)
     assert got["/rt/live"][-1]["dropped"] == 0 and got["/rt/live"][-1]["events"] > 0
     for name, t in tasks.items():
-        jobs, windows = got.get(f"/rt/tasks/{name}/job", []), got.get(f"/rt/tasks/{name}/window", [])
+        batches = got.get(f"/rt/tasks/{name}/jobs", [])
+        jobs, windows = jobs_of(batches), [b["window"] for b in batches]
         assert jobs and windows, (name, sorted(got))   # each channel was subscribed to: none refused
+        # a message per interval of the runtime's time (10 Hz) with the jobs ended in it, not one per job
+        assert all(b["jobs"] for b in batches) and len(batches) <= 10 * 1.5 + 2, (name, len(batches))
+        assert all(j["finish_ms"] <= b["t_ms"] for b in batches for j in b["jobs"] if j["finish_ms"] is not None)
         assert windows[-1]["jobs"] == t["jobs"]   # every released job was folded and sent, the last at the end
         assert windows[-1]["misses"] == t["misses"]
         done = [j for j in jobs if j["response_ms"] is not None]
@@ -91,7 +95,7 @@ def test_a_bad_endpoint_is_one_line(capsys) -> None:
     assert len(err) == 1 and "--foxglove: expected [HOST:]PORT" in err[0] and "'host:port'" in err[0], err
 
 
-def test_a_late_publish_and_a_skipped_job_are_each_one_job_message() -> None:
+def test_a_late_publish_and_a_skipped_job_are_each_one_job_of_the_intervals_batch() -> None:
     s = LiveState()
     ms = 1_000_000
     out = []
@@ -100,12 +104,24 @@ def test_a_late_publish_and_a_skipped_job_are_each_one_job_message() -> None:
                (K.RELEASE, 10 * ms, "T", 1, 0, 0), (K.START, 10 * ms, "T", 1, 0, 0),
                (K.FINISH, 12 * ms, "T", 1, 2 * ms, 0), (K.PUBLISH, 15 * ms, "T", 1, 1, 0)]:
         out += s.fold(*ev)
-    jobs = [m for what, m in out if what == "job"]
-    assert [(j["job"], j["miss"], j["deadline_ms"], j["response_ms"]) for j in jobs] == [(0, True, 5.0, 7.0),
-                                                                                         (1, False, 15.0, 2.0)]
-    window = [m for what, m in out if what == "task"][-1]
-    assert (window["jobs"], window["misses"], window["max_ms"], window["slack_ms"], window["min_slack_ms"]) == \
-        (2, 1, 7.0, 3.0, -2.0)
+    assert out == [] and s.pending()   # a job's message waits for the interval's batch
+    assert s.batch(20 * ms, lambda task: False) == [] and not s.pending()   # nobody receives it: not built
+    assert s.jobs["T"] == 2   # ... and still counted
+    for ev in [(K.RELEASE, 20 * ms, "T", 2, 0, 0), (K.START, 20 * ms, "T", 2, 0, 0),
+               (K.FINISH, 27 * ms, "T", 2, 7 * ms, 0), (K.MISS, 25 * ms, "T", 2, 0, 1), (K.PUBLISH, 27 * ms, "T", 2, 1, 1),
+               (K.RELEASE, 30 * ms, "T", 3, 0, 0), (K.START, 30 * ms, "T", 3, 0, 0),
+               (K.FINISH, 32 * ms, "T", 3, 2 * ms, 0), (K.PUBLISH, 35 * ms, "T", 3, 1, 0)]:
+        s.fold(*ev)
+    [(task, text)] = s.batch(40 * ms)   # JSON text, as it is logged
+    msg = json.loads(text)
+    assert (task, msg["task"], msg["t_ms"]) == ("T", "T", 40.0)
+    assert conforms(msg, JOBS_SCHEMA)
+    assert [(j["job"], j["miss"], j["deadline_ms"], j["response_ms"], j["slack_ms"]) for j in msg["jobs"]] == [
+        (2, True, 25.0, 7.0, -2.0), (3, False, 35.0, 2.0, 3.0)]
+    window = msg["window"]   # over all four jobs
+    assert (window["jobs"], window["misses"], window["window"], window["max_ms"], window["slack_ms"],
+            window["min_slack_ms"]) == (4, 2, 4, 7.0, 3.0, -2.0)
+    assert s.batch(50 * ms) == []   # nothing ended since
 
 
 def test_a_safety_change_is_one_message_and_the_ops_are_not_folded() -> None:

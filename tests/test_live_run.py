@@ -24,7 +24,7 @@ pytest.importorskip("foxglove")
 pytest.importorskip("websockets")
 pytest.importorskip("google.protobuf")
 
-from foxglove_client import read_mcap, watch  # noqa: E402
+from foxglove_client import jobs_of, read_mcap, watch  # noqa: E402
 from replay_fixtures import short_bag  # noqa: E402,F401 - a fixture
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(300)]
@@ -90,8 +90,8 @@ def test_run_serves_its_jobs_and_outputs_live_and_writes_the_same_channels_to_mc
     advertised, got = seen["adv"], seen["got"]
     tasks = ("lidar_objects", "fusion_tracking", "prediction", "planning", "camera_objects", "radar_objects")
     for task in tasks:   # every channel advertised and subscribed to: the jobs came over the socket
-        assert got.get(f"/rt/tasks/{task}/job"), (task, sorted(got))
-        done = [j for j in got[f"/rt/tasks/{task}/job"] if j["response_ms"] is not None]
+        assert got.get(f"/rt/tasks/{task}/jobs"), (task, sorted(got))
+        done = [j for j in jobs_of(got[f"/rt/tasks/{task}/jobs"]) if j["response_ms"] is not None]
         assert done and all(j["finish_ms"] >= j["start_ms"] >= j["release_ms"] >= 0 for j in done)
     assert advertised["/rt/out/planning/trajectory"]["schemaName"] == "foxglove.PosesInFrame"
     planned = int(summary.group(1))
@@ -101,15 +101,17 @@ def test_run_serves_its_jobs_and_outputs_live_and_writes_the_same_channels_to_mc
     # The file: the same channels (those with a message), whole, with the jobs the client saw and more.
     channels, in_file, meta = read_mcap(mcap)
     assert meta["rt_runtime"]["partial"] == "false"
-    assert set(channels) <= set(advertised) and "/rt/tasks/planning/job" in channels
+    assert set(channels) <= set(advertised) and "/rt/tasks/planning/jobs" in channels
     for task in tasks:
-        assert len(in_file[f"/rt/tasks/{task}/job"]) >= len(got[f"/rt/tasks/{task}/job"])
-        assert in_file[f"/rt/tasks/{task}/window"][-1]["jobs"] == len(in_file[f"/rt/tasks/{task}/job"])
+        batches = in_file[f"/rt/tasks/{task}/jobs"]
+        assert len(jobs_of(batches)) >= len(jobs_of(got[f"/rt/tasks/{task}/jobs"]))
+        assert batches[-1]["window"]["jobs"] == len(jobs_of(batches))
     # The bag ended: its sensors silent, the planner on its fallback and the supervisor at minimal risk.
     assert any(m["task"] == "planning" and m["mode"] == "fallback" and "planning" in m["degraded"]
                for m in in_file["/rt/degraded"]), in_file.get("/rt/degraded")
     assert in_file["/rt/safety"][-1]["state"] == "minimal_risk", in_file["/rt/safety"]
-    assert in_file["/rt/chains/lidar_to_plan"] and all(m["age_ms"] > 0 for m in in_file["/rt/chains/lidar_to_plan"])
+    ages = [x["age_ms"] for b in in_file["/rt/chains/lidar_to_plan"] for x in b["latencies"]]
+    assert ages and all(a > 0 for a in ages)
 
 
 def test_run_on_a_port_in_use_is_one_line(tmp_path) -> None:

@@ -1,18 +1,23 @@
 """The live view's channels: what a run serves (``LiveSpec``, from its stack file) and their Foxglove channels.
 
-========================================  =================================  =======================================
-channel                                   schema (encoding)                  one message per
-========================================  =================================  =======================================
-``/rt/tasks/<task>/job``                  ``rt_runtime.Job`` (json)          job of the task, when it ends
-``/rt/tasks/<task>/window``               ``rt_runtime.TaskWindow`` (json)   job: the task's last 100 jobs
-``/rt/safety``                            ``rt_runtime.Safety`` (json)       change of the safety level
-``/rt/degraded``                          ``rt_runtime.Degraded`` (json)     task switched to/from its fallback
-``/rt/speculation``                       ``rt_runtime.Speculation`` (json)  speculation verdict (hit or miss)
-``/rt/chains/<chain>``                    ``rt_runtime.ChainLatency`` (json) output of the chain's last task
-``/rt/out/<egress topic>`` (path)         ``foxglove.PosesInFrame`` (pb)     1 / --foxglove-hz s of logical time
-``/rt/out/<egress topic>`` (markers)      ``foxglove.SceneUpdate`` (pb)      1 / --foxglove-hz s of logical time
-``/rt/live``                              ``rt_runtime.Live`` (json)         20 ms of wall time, and at the end
-========================================  =================================  =======================================
+===================================  ======================================  ===================================
+channel                              schema (encoding)                       one message per
+===================================  ======================================  ===================================
+``/rt/tasks/<task>/jobs``            ``rt_runtime.TaskJobs`` (json)          interval with a job of the task
+                                                                             ended: those jobs, its window then
+``/rt/safety``                       ``rt_runtime.Safety`` (json)            change of the safety level
+``/rt/degraded``                     ``rt_runtime.Degraded`` (json)          task switched to/from its fallback
+``/rt/speculation``                  ``rt_runtime.Speculation`` (json)       speculation verdict (hit or miss)
+``/rt/chains/<chain>``               ``rt_runtime.ChainLatencies`` (json)    interval with an output of the
+                                                                             chain's last task: those outputs
+``/rt/out/<egress topic>`` (path)    ``foxglove.PosesInFrame`` (pb)          trajectory, 1 / interval at most
+``/rt/out/<egress topic>`` (markers) ``foxglove.SceneUpdate`` (pb)           objects, 1 / interval at most
+``/rt/live``                         ``rt_runtime.Live`` (json)              drain (PERIOD_S of wall time), end
+===================================  ======================================  ===================================
+
+An interval is 1 / ``LiveSpec.hz`` s (``--foxglove-hz``, default 10) of the runtime's time: one rate for
+everything that comes per job or per output. A batch is sent when the first event after its interval is folded,
+or sooner when no event came for a drain (paused, or a silent stack: the rest follows in another message).
 """
 from __future__ import annotations
 
@@ -21,13 +26,14 @@ from typing import Any
 
 from .chains import CHAIN_SCHEMA
 from .outputs import DEFAULT_HZ, SCHEMAS, topic_of
-from .state import JOB_SCHEMA, LIVE_SCHEMA, MODE_SCHEMA, SAFETY_SCHEMA, SPEC_SCHEMA, TASK_SCHEMA
+from .state import JOBS_SCHEMA, LIVE_SCHEMA, MODE_SCHEMA, SAFETY_SCHEMA, SPEC_SCHEMA
 
 
 @dataclass(frozen=True)
 class LiveSpec:
     """What a run serves: its tasks, its chains (name, tasks, run-time deadline ns or None), its egress routes
-    (``config.stack.EgressRoute``: the outputs drawn), at ``hz`` per route, in ``frame``."""
+    (``config.stack.EgressRoute``: the outputs drawn) in ``frame``, at ``hz``: a batch of jobs per task, of
+    outputs per chain, and an output group per route per 1 / ``hz`` s of the runtime's time."""
 
     tasks: tuple[str, ...] = ()
     chains: tuple[tuple[str, tuple[str, ...], int | None], ...] = ()
@@ -51,38 +57,40 @@ class Channels:
 
         with warnings.catch_warnings():   # 0.30 warns on the old name's import inside the package
             warnings.simplefilter("ignore", DeprecationWarning)
-            from foxglove import channels as typed
             from foxglove import messages
-        self.messages = messages
         self._foxglove, self._ctx = foxglove, ctx
-        self.tasks: dict[tuple[str, str], Any] = {}
+        self.tasks: dict[str, Any] = {}
         self.safety = self._json("/rt/safety", SAFETY_SCHEMA)
         self.modes = self._json("/rt/degraded", MODE_SCHEMA)
         self.spec = self._json("/rt/speculation", SPEC_SCHEMA)
         self.live = self._json("/rt/live", LIVE_SCHEMA)
         self.chains = {name: self._json(f"/rt/chains/{name}", CHAIN_SCHEMA) for name, tasks, _ in spec.chains
                        if len(tasks) >= 2}
-        kinds = {"path": typed.PosesInFrameChannel, "markers": typed.SceneUpdateChannel}
-        self.outputs = {r.topic: kinds[r.codec](topic_of(r.topic), context=ctx) for r in spec.routes}
+        # Foxglove's own schemas, the messages written as bytes (``live.wire``), not built from the SDK's objects
+        schemas = {"path": messages.PosesInFrame.get_schema(), "markers": messages.SceneUpdate.get_schema()}
+        self.outputs = {r.topic: foxglove.Channel(topic_of(r.topic), schema=schemas[r.codec],
+                                                  message_encoding="protobuf", context=ctx) for r in spec.routes}
         self._fixed = {"safety": self.safety, "mode": self.modes, "spec": self.spec}
 
     def _json(self, topic: str, schema: dict[str, Any]) -> Any:
         return self._foxglove.Channel(topic, schema=schema, context=self._ctx)
 
-    def task(self, what: str, task: str) -> Any:
-        """A task's ``job`` or ``task`` (window) channel, made on first use."""
-        ch = self.tasks.get((what, task))
+    def task(self, task: str) -> Any:
+        """A task's ``jobs`` channel, made on first use."""
+        ch = self.tasks.get(task)
         if ch is None:
-            name = "window" if what == "task" else what
-            ch = self.tasks[(what, task)] = self._json(f"/rt/tasks/{task}/{name}",
-                                                       JOB_SCHEMA if what == "job" else TASK_SCHEMA)
+            ch = self.tasks[task] = self._json(f"/rt/tasks/{task}/jobs", JOBS_SCHEMA)
         return ch
 
-    def of(self, what: str, msg: dict[str, Any]) -> Any:
-        """The channel of a folded message (``live.state``'s and ``live.chains``' kinds)."""
-        ch = self._fixed.get(what)
-        if ch is not None:
-            return ch
-        if what == "chain":
-            return self.chains[msg["chain"]]
-        return self.task(what, msg["task"])
+    def wants_task(self, task: str) -> bool:
+        """Someone receives the task's jobs (a client subscribed, or a file)."""
+        return self.task(task).has_sinks()
+
+    def wants_chain(self, chain: str) -> bool:
+        """Someone receives the chain's latencies."""
+        ch = self.chains.get(chain)
+        return ch is not None and ch.has_sinks()
+
+    def of(self, what: str) -> Any:
+        """The channel of a message ``live.state`` sends at once (``safety``, ``mode``, ``spec``)."""
+        return self._fixed[what]

@@ -4,9 +4,10 @@
 The adapter is a ``Scheduler.listen`` sink: ``emit`` (on the scheduler's thread) only appends the event to a
 bounded queue, or counts it dropped when the queue is full; ``output`` (the egress adapters' tap, after
 ``live.outputs.OutputTap`` decimated it) does the same with an output group. A server thread drains both
-queues, folds the events (``live.state``, ``live.chains``), builds the outputs' Foxglove messages and logs
-them on their channels (``live.channels``): to the websocket only those a client subscribed to, to the MCAP
-file all of them."""
+queues every ``PERIOD_S``, folds the events (``live.state``, ``live.chains``), and per interval of the
+runtime's time (``LiveSpec.hz``) sends a task's ended jobs and a chain's outputs in one message each; it
+builds the outputs' Foxglove messages and logs them on their channels (``live.channels``). A message nobody
+receives (no client subscribed to its channel, no MCAP file) is not built."""
 from __future__ import annotations
 
 import sys
@@ -26,7 +27,7 @@ DEFAULT_PORT = 8765   # Foxglove's own default (foxglove_bridge, the SDK)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 CAPACITY = 1 << 16    # events queued before they are dropped (counted on /rt/live)
 OUT_CAPACITY = 64     # decimated output groups queued before they are dropped (counted on /rt/live)
-PERIOD_S = 0.02       # how often the server thread drains the queue
+PERIOD_S = 0.05       # how often the server thread drains the queue (and /rt/live is sent)
 CLOSE_GRACE_S = 0.25  # how long close() leaves the SDK to send the last frames to a connected client
 
 
@@ -93,6 +94,9 @@ class FoxgloveLive:
         self.tap = OutputTap(spec.routes, spec.hz, self.output) if spec.routes else None
         self.stamp: Callable[[int], int] = lambda t: t   # the log time of a logical instant (``attach``)
         self.last_t = 0
+        # a batch of jobs and chain outputs per interval (hz 0: per instant, as the outputs are then not decimated)
+        self.interval_ns = max(1, int(round(1e9 / spec.hz))) if spec.hz > 0 else 1
+        self.next_ns = 0   # where the interval being folded ends
         self.cpu_s = 0.0   # the server thread's CPU time, once it stopped (bench/bench_live.py)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="rt-foxglove", daemon=True)
@@ -108,8 +112,7 @@ class FoxgloveLive:
         a client subscribed now receives the first jobs; ``stamp``: the wall (or ROS) time in ns of a logical
         instant, the messages' log time (the input bag's time in a replay: an MCAP lines up with it)."""
         for task in tasks:
-            self.channels.task("job", task)
-            self.channels.task("task", task)
+            self.channels.task(task)
         if stamp is not None:
             self.stamp = stamp
 
@@ -153,23 +156,46 @@ class FoxgloveLive:
     def _send(self, messages: list[tuple[str, dict[str, Any]]], t: int) -> None:
         log_time = self.stamp(t)
         for what, msg in messages:
-            ch = self.channels.of(what, msg)
+            ch = self.channels.of(what)
             if ch.has_sinks():
                 ch.log(msg, log_time=log_time)
 
-    def _drain(self) -> None:
-        q, fold, chains = self.queue, self.state.fold, self.chains.fold
-        while q:
-            ev = q.popleft()
-            self._send(fold(*ev) + chains(*ev), ev[1])
-            self.last_t = ev[1]
-        oq, m = self.outq, self.channels.messages
+    def _flush(self, t: int) -> None:
+        """Send the batches folded so far (jobs per task, outputs per chain) at ``t``, built only if received."""
+        c = self.channels
+        log_time = self.stamp(t)
+        for task, text in self.state.batch(t, c.wants_task):
+            c.task(task).log(text, log_time=log_time)
+        for chain, text in self.chains.batch(t, c.wants_chain):
+            c.chains[chain].log(text, log_time=log_time)
+
+    def _drain(self) -> bool:
+        """Fold what is queued, sending each interval's batches as the first event after it comes, and log the
+        output groups queued; whether any event came."""
+        q = self.queue
+        n = len(q)   # what is there now: the scheduler's thread may append meanwhile
+        if n:
+            fold, chains, step, end = self.state.fold, self.chains.fold, self.interval_ns, self.next_ns
+            t = self.last_t
+            for _ in range(n):
+                ev = q.popleft()
+                t = ev[1]
+                if t >= end:
+                    self._flush(end)
+                    end = (t // step + 1) * step
+                msgs = fold(*ev)
+                if msgs:
+                    self._send(msgs, t)
+                chains(*ev)
+            self.next_ns, self.last_t = end, t
+        oq = self.outq
         while oq:
             topic, codec, t, group = oq.popleft()
             ch = self.channels.outputs[topic]
             if ch.has_sinks():
                 stamp = self.stamp(t)
-                ch.log(BUILD[codec](m, group, stamp, self.spec.frame), log_time=stamp)
+                ch.log(BUILD[codec](group, stamp, self.spec.frame), log_time=stamp)
+        return n > 0
 
     def counts(self) -> dict[str, int]:
         """What /rt/live says: events and output groups queued and dropped."""
@@ -179,7 +205,10 @@ class FoxgloveLive:
     def _serve(self) -> None:
         live = self.channels.live
         while not self._stop.wait(PERIOD_S):
-            self._drain()
+            if not self._drain() and (self.state.pending() or self.chains.pending()):
+                # No event for a drain: paused, or the stack is silent. What ended is sent now rather than when
+                # the runtime's time moves on (the interval's rest, if any, follows in another message).
+                self._flush(self.last_t)
             if live.has_sinks():
                 live.log(self.counts(), log_time=self.stamp(self.last_t))
         self.cpu_s = time.thread_time()
@@ -193,7 +222,8 @@ class FoxgloveLive:
         self._stop.set()
         self.thread.join()
         self._drain()
-        self._send(self.state.close(), self.last_t)
+        self.state.close()
+        self._flush(self.last_t)
         self.channels.live.log(self.counts(), log_time=self.stamp(self.last_t))
         if self.server is not None:
             if self.channels.live.has_sinks():

@@ -4,7 +4,8 @@
 with the host copy they make of every egress channel anyway: no copy of its own. It keeps one group per
 route and ``1 / hz`` seconds of the runtime's logical time (the first complete group after the gate opens)
 and hands it on; the rest it ignores before touching them. Building the messages (``trajectory``,
-``objects``) happens on the live view's server thread, never on the scheduler's.
+``objects``: protobuf bytes, ``live.wire``) happens on the live view's server thread, never on the
+scheduler's.
 
 A ``path`` route (trajectory rows x, y, yaw, v, t) becomes ``foxglove.PosesInFrame``; a ``markers`` route
 (tracks, TRACK_COLS, and their count) a ``foxglove.SceneUpdate``: everything deleted, then a cube and a label
@@ -15,6 +16,8 @@ import math
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
+
+from .wire import finite_rows, poses_in_frame, scene_update
 
 # codec -> the Foxglove schema its route is drawn in (a route of another codec is not served)
 SCHEMAS = {"path": "foxglove.PosesInFrame", "markers": "foxglove.SceneUpdate"}
@@ -66,45 +69,34 @@ class OutputTap:
                 self.pending[r.topic] = (t, got)
 
 
-def _quaternion(m: Any, yaw: float) -> Any:
-    return m.Quaternion(x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2))
+def trajectory(group: Group, stamp_ns: int, frame: str) -> bytes:
+    """A trajectory (P, 5: x, y, yaw, v, t) as ``foxglove.PosesInFrame`` (protobuf); rows without a finite x and
+    y left out."""
+    rows = finite_rows(np.asarray(group["trajectory"], np.float64).reshape(-1, 5))
+    return poses_in_frame(rows[:, :3], stamp_ns, frame)
 
 
-def _stamp(m: Any, t_ns: int) -> Any:
-    return m.Timestamp(sec=t_ns // 1_000_000_000, nsec=t_ns % 1_000_000_000)
+LIFETIME_NS = 300_000_000   # a track's cube and label, unless the next update comes first
+_RGB = np.array([*CLASS_RGB, (0.7, 0.7, 0.7)])   # the last: a class out of range
 
 
-def trajectory(m: Any, group: Group, stamp_ns: int, frame: str) -> Any:
-    """A trajectory (P, 5: x, y, yaw, v, t) as ``foxglove.PosesInFrame`` (``m``: ``foxglove.messages``)."""
-    rows = np.asarray(group["trajectory"], np.float64).reshape(-1, 5)
-    poses = [m.Pose(position=m.Vector3(x=float(r[0]), y=float(r[1]), z=0.0), orientation=_quaternion(m, float(r[2])))
-             for r in rows if math.isfinite(r[0]) and math.isfinite(r[1])]
-    return m.PosesInFrame(timestamp=_stamp(m, stamp_ns), frame_id=frame, poses=poses)
-
-
-def objects(m: Any, group: Group, stamp_ns: int, frame: str) -> Any:
+def objects(group: Group, stamp_ns: int, frame: str) -> bytes:
     """Tracks (T, TRACK_COLS: id, class, x, y, vx, vy, yaw, length, width, ...) and their count as
-    ``foxglove.SceneUpdate``: everything before deleted, then a cube and a label per confirmed track."""
+    ``foxglove.SceneUpdate`` (protobuf): everything before deleted, then a cube and a label per confirmed track."""
     n = int(np.asarray(group["count"]).reshape(-1)[0])
     rows = np.asarray(group["tracks"], np.float64)[:max(0, n)]
-    stamp = _stamp(m, stamp_ns)
-    life = m.Duration(sec=0, nsec=300_000_000)
-    entities = []
-    for r in rows:
-        tid, cls = int(r[0]), int(r[1])
-        red, green, blue = CLASS_RGB[cls] if 0 <= cls < len(CLASS_RGB) else (0.7, 0.7, 0.7)
-        name = CLASS_NAMES[cls] if 0 <= cls < len(CLASS_NAMES) else "object"
-        pose = m.Pose(position=m.Vector3(x=float(r[2]), y=float(r[3]), z=0.75), orientation=_quaternion(m, float(r[6])))
-        label = m.Pose(position=m.Vector3(x=float(r[2]), y=float(r[3]), z=1.8), orientation=_quaternion(m, 0.0))
-        entities.append(m.SceneEntity(
-            timestamp=stamp, frame_id=frame, id=f"{name}/{tid}", lifetime=life,
-            cubes=[m.CubePrimitive(pose=pose, size=m.Vector3(x=max(float(r[7]), 0.1), y=max(float(r[8]), 0.1), z=1.5),
-                                   color=m.Color(r=red, g=green, b=blue, a=0.8))],
-            texts=[m.TextPrimitive(pose=label, billboard=True, font_size=14.0, scale_invariant=True,
-                                   color=m.Color(r=1.0, g=1.0, b=1.0, a=1.0),
-                                   text=f"#{tid} {math.hypot(float(r[4]), float(r[5])):.1f} m/s")]))
-    return m.SceneUpdate(deletions=[m.SceneEntityDeletion(timestamp=stamp, type=m.SceneEntityDeletionType.All)],
-                         entities=entities)
+    cls = rows[:, 1].astype(np.int64)
+    known = (cls >= 0) & (cls < len(CLASS_NAMES))
+    rgb = _RGB[np.where(known, cls, len(CLASS_RGB))]
+    half = rows[:, 6] / 2
+    ids, texts = [], []
+    for r, c, k in zip(rows.tolist(), cls.tolist(), known.tolist()):
+        tid = int(r[0])
+        ids.append(f"{CLASS_NAMES[c] if k else 'object'}/{tid}")
+        texts.append(f"#{tid} {math.hypot(r[4], r[5]):.1f} m/s")
+    cubes = [rows[:, 2], rows[:, 3], np.sin(half), np.cos(half), np.maximum(rows[:, 7], 0.1),
+             np.maximum(rows[:, 8], 0.1), rgb[:, 0], rgb[:, 1], rgb[:, 2]]
+    return scene_update(stamp_ns, frame, LIFETIME_NS, ids, texts, cubes, [rows[:, 2], rows[:, 3]])
 
 
-BUILD: dict[str, Callable[[Any, Group, int, str], Any]] = {"path": trajectory, "markers": objects}
+BUILD: dict[str, Callable[[Group, int, str], bytes]] = {"path": trajectory, "markers": objects}

@@ -16,6 +16,6 @@ PARAMS: dict[str, object] = {
     "degrade_on_stale": ["/sensing/lidar/points", "/localization/odometry"],
     "watch_channels": ["planning/status"],   # channel values reported in diagnostics
     "foxglove": "",                     # HOST:PORT of the live view's Foxglove websocket ("" = none)
-    "foxglove_hz": 10.0,                # trajectory and objects in the live view at most this often (logical time)
+    "foxglove_hz": 10.0,                # the live view's rate (logical time): outputs at most, jobs batched, per s
     "foxglove_mcap": "",                # the live view's channels into this new MCAP file ("" = none)
 }
