@@ -60,8 +60,8 @@ def add_live_flags(p: argparse.ArgumentParser) -> None:
     from . import args as A
 
     p.add_argument("--foxglove-hz", type=A.float_range(0, 1000, low_open=True, what="a rate in Hz above 0, at most 1000"),
-                   default=10.0, metavar="HZ", help="trajectory and objects in the live view at most HZ per second "
-                   "of the runtime's time (default 10)")
+                   default=10.0, metavar="HZ", help="the live view's rate per second of the runtime's time: "
+                   "trajectory and objects at most HZ, jobs and chain latencies batched per 1/HZ s (default 10)")
     p.add_argument("--foxglove-mcap", metavar="FILE", help="write the live view's channels into this new MCAP "
                    "file (with or without --foxglove; Foxglove opens it); an interrupted run leaves it marked partial")
 
