@@ -206,3 +206,21 @@ def test_cuda_capture_replays_after_warmup():
         dev.synchronize(ex.stream)
         torch.testing.assert_close(out["y"], torch.relu(xin @ w1 + b1) @ w2, rtol=1e-3, atol=1e-3)
     assert ex.captures == 1 and ex.replays == 6 and ex.fallbacks == 0
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-async"])
+def test_ops_run_in_inference_mode_on_the_thread_that_runs_them(device):
+    """Each op runs in inference mode (no autograd dispatch), launched on a stream too; the caller's mode is kept."""
+    from rt_runtime.device import device_for
+
+    seen = []
+    xs, ys = TensorSpec("x", (4,)), TensorSpec("y", (4,))
+
+    def op(x, y):
+        seen.append(torch.is_inference_mode_enabled())
+        torch.mul(x, 2.0, out=y)
+
+    ex = GraphExecutor(Graph("inf", [Op("double", op, (xs,), (ys,))], [xs], ["y"]), device_for(device))
+    out = ex.run({"x": torch.arange(4.0)})
+    ex.device.synchronize()
+    assert seen == [True] and torch.equal(out["y"], torch.arange(4.0) * 2) and not torch.is_inference_mode_enabled()

@@ -56,6 +56,17 @@ def _inference_guard() -> Any:
     """torch's inference-mode guard (what ``torch.inference_mode`` enters), or ``_NoGuard`` without torch."""
     torch = sys.modules.get("torch")
     return torch._C._InferenceMode if torch is not None else _NoGuard
+
+
+def _inferring(fn: Any, guard: Any) -> Any:
+    """``fn`` called in inference mode, on whichever thread runs it (a launched op: ``cpu-async``'s stream)."""
+    def call(*args: Any) -> Any:
+        g = guard(True)
+        try:
+            return fn(*args)
+        finally:
+            del g
+    return call
 _CAPTURE_LOCK = threading.Lock()   # one capture at a time in the process: CUDA's capture is not re-entrant
 
 
@@ -108,6 +119,8 @@ class GraphExecutor:
         # autograd's and the version counter's dispatch keys (10-30 % of a small-call kernel's time here;
         # the same aten kernels, the same bits).
         self._inference = _inference_guard()
+        if self.asynchronous:   # launched ops (and a CUDA capture) run outside ``steps``' guard: each takes its own
+            self._calls = [(_inferring(fn, self._inference), args) for fn, args in self._calls]
 
         n = len(graph.ops)
         self.op_start_ns: list[int] = [0] * n
