@@ -74,6 +74,8 @@ FLAG_CASES = [
     (["replay", "{missing}", "--config", "{missing}"], "--until", "nan"),
     (["replay", "{missing}", "--config", "{missing}"], "--until", "-1"),
     (["replay", "{missing}", "--config", "{missing}"], "--until", "0"),
+    (["replay", "{missing}", "--config", "{missing}"], "--start", "-1"),
+    (["replay", "{missing}", "--config", "{missing}"], "--start", "nan"),
     (["replay", "{missing}", "--config", "{missing}"], "--workers", "0"),
     (["replay", "{missing}", "--config", "{missing}"], "--workers", "-2"),
     (["replay", "{missing}", "--config", "{missing}"], "--workers", "1.5"),

@@ -277,8 +277,28 @@ def test_a_paused_replay_feed_stands_still_steps_one_message_or_one_period_and_r
     driver.join(10)
     assert fed == items                                # the fake runtime takes no time: the rest at once
     assert clock.rate == 0.02 and stood <= clock.now() < stood + MS   # on from where it stood, not from the wall
-    with pytest.raises(C.ControlError, match="seek: not in a replay"):
-        ctl.command(C.Command("seek_by", 0))
+
+
+def test_a_seek_ends_a_replay_feed_with_the_instant_sought_and_a_run_started_there_reads_on_from_it() -> None:
+    from rt_runtime.replay.paced import Paced, Seek, replay_controller
+    from rt_runtime.sched.clock import WallClock
+
+    MS = 1_000_000
+    ctl = replay_controller(500 * MS, 0.01, period_ns=25 * MS, paused=True)
+    paced = Paced(ctl, WallClock(rate=0.01), lambda t: None, None)
+    paced.start()
+    ctl.command(C.Command("seek", 300 * MS))
+    with pytest.raises(Seek) as e:
+        paced.before(10 * MS, 0)
+    assert e.value.target_ns == 300 * MS
+    # The run started there (logical 0 at 300 ms of the bag): the core stands at 300 ms, paused; a step
+    # releases the message at logical 20 ms, which is the bag's 320 ms.
+    again = Paced(ctl, WallClock(rate=0.01), lambda t: None, None, origin_ns=300 * MS)
+    again.start()
+    assert ctl.state.paused and ctl.state.anchor_bag_ns == 300 * MS
+    ctl.command(C.Command("step"))
+    again.before(20 * MS, 0)
+    assert ctl.state.anchor_bag_ns == 320 * MS and ctl.state.steps == 0
 
 
 def test_a_signal_ends_a_paused_replay_feed() -> None:

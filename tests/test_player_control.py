@@ -332,7 +332,7 @@ def test_keys_on_a_terminal_step_the_player_and_ctrl_c_stops_it_with_the_termina
         os.close(fd)
 
 
-def test_a_wall_clock_replay_pauses_steps_and_rerates_over_the_same_services(short_bag, tmp_path) -> None:  # noqa: F811
+def test_a_wall_clock_replay_pauses_steps_seeks_and_rerates_over_the_same_services(short_bag, tmp_path) -> None:  # noqa: F811
     domain, log = 193, tmp_path / "replay.log"
     env = {**os.environ, "ROS_DOMAIN_ID": str(domain), "ROS_AUTOMATIC_DISCOVERY_RANGE": "LOCALHOST",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -349,8 +349,10 @@ def test_a_wall_clock_replay_pauses_steps_and_rerates_over_the_same_services(sho
             for _ in range(3):
                 res = calls.trigger("play_next")
                 assert res.success, res.message
-            res = calls.set("seek", 1.0)   # refused in a replay: one line, nothing changed
-            assert not res.successful and res.reason.startswith("seek: not in a replay") and "\n" not in res.reason
+            res = calls.set("seek", 9.0)   # past --until: refused, one line, nothing changed
+            assert not res.successful and res.reason.startswith("seek: expected a time") and "\n" not in res.reason
+            assert calls.set("seek", 1.0).successful   # the replay starts afresh at 1 s, paused still
+            assert calls.trigger("is_paused").success
             assert calls.set("rate", 4.0).successful and calls.get("rate") == 4.0
             assert calls.trigger("resume").success and not calls.trigger("is_paused").success
             out, _ = proc.communicate(timeout=120)
@@ -358,5 +360,13 @@ def test_a_wall_clock_replay_pauses_steps_and_rerates_over_the_same_services(sho
         finish(proc)
     assert proc.returncode == 0, log.read_text()
     doc = json.loads(out)
-    assert doc["duration_s"] == pytest.approx(2.5, abs=0.05)   # the whole --until, after the pause
-    assert "Traceback" not in log.read_text()
+    assert doc["seeks"] == [1.0] and doc["duration_s"] == pytest.approx(1.5, abs=0.05)   # from the seek to --until
+    assert "Traceback" not in log.read_text() and "seek to 1.000 s" in log.read_text()
+    # What a fresh start at that instant gives: the virtual clock's replay from 1 s, the same outputs wherever
+    # no job missed (LET; a busy machine may make the wall-clock run miss, and then it says so).
+    fresh = subprocess.run([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--start", "1",
+                            "--until", "2.5", "--json"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    want = json.loads(fresh.stdout)
+    assert want["start_s"] == 1.0 and want["outputs"]["/planning/trajectory"] > 0
+    if doc["deterministic"]:
+        assert doc["output_digest"] == want["output_digest"]

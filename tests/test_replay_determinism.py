@@ -225,3 +225,21 @@ def test_a_deterministic_error_is_not_a_timing_fault(short_bag, tmp_path):  # no
 def test_timing_is_refused_on_the_wall_clock(short_bag):  # noqa: F811
     proc = run_cli("replay", str(short_bag), "--speed", "1", "--timing", "measured")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--timing" in proc.stderr
+
+
+def test_a_replay_started_into_the_bag_is_a_fresh_start_there(short_bag, tmp_path):  # noqa: F811
+    """``start_s``: logical 0 at that instant of the bag (what a seek in a wall-clock replay restarts with): the
+    same outputs on every run and every --parallel, none before it, and at 0 the plain replay's."""
+    cfg = load_stack(CONFIG)
+    whole = replay(short_bag, cfg)
+    assert replay(short_bag, cfg, start_s=0.0).output_digest == whole.output_digest
+    late = replay(short_bag, cfg, start_s=1.2, out=tmp_path / "late")
+    again = replay(short_bag, cfg, start_s=1.2, parallel=2)
+    assert late.output_digest == again.output_digest != whole.output_digest
+    assert late.extra["start_s"] == 1.2 and late.duration_s == pytest.approx(whole.duration_s - 1.2, abs=1e-6)
+    assert 0 < late.outputs["/planning/trajectory"] < whole.outputs["/planning/trajectory"]
+    with open_bag(short_bag) as r:
+        start = r.start_ns
+    out = messages(tmp_path / "late")
+    assert out and min(t for _, t, _ in out) >= start + 1_200_000_000   # stamped on the bag's own time
+    assert late.stats["planning"]["released"] < whole.stats["planning"]["released"]

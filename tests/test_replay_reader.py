@@ -133,7 +133,7 @@ def test_an_interrupted_replay_leaves_no_reader_process(short_bag, cfg):  # noqa
 def test_the_reader_process_does_not_import_torch(short_bag, cfg):  # noqa: F811
     codecs = json.dumps({r.topic: r.codec for r in cfg.ingress})
     code = ("import os, sys; from rt_runtime.replay.feed_process import child_main; "
-            "child_main([sys.argv[1], sys.argv[2], str(10**9), str(os.open(os.devnull, os.O_WRONLY)), '4']); "
+            "child_main([sys.argv[1], sys.argv[2], str(10**9), str(os.open(os.devnull, os.O_WRONLY)), '4', '0']); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')[:3])")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", code, str(short_bag), codecs], capture_output=True, text=True,

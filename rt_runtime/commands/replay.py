@@ -37,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
                    "(never an input); without it an existing one is refused")
     p.add_argument("--remap", action="append", default=[], metavar="FROM=TO", help="rename a topic the config uses")
     p.add_argument("--until", type=A.seconds, metavar="S", help="stop after S seconds of the bag (S > 0)")
+    p.add_argument("--start", type=A.nonneg_seconds, metavar="S", help="start S seconds into the bag, as a fresh "
+                   "start there: channels at their initial values, every task released anew (docs/REPLAY.md)")
     p.add_argument("--speculate", action=argparse.BooleanOptionalAction, default=None,
                    help="turn the config's speculate: keys on (or off with --no-speculate); default: as configured")
     p.add_argument("--expect", metavar="FILE", help="gates: YAML of dotted paths into the replay JSON and their "
@@ -47,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
                         "127.0.0.1:8765, or [HOST:]PORT (0: any free port); docs/ROS.md, Live view")
     add_live_flags(p)
     p.add_argument("--services", action="store_true",
-                   help="with --speed X: pause, resume, step and rate over ROS 2 services and parameters on node "
+                   help="with --speed X: pause, resume, step, rate and seek over ROS 2 services and parameters on node "
                         "rt_runtime_replay, named as play's (docs/ROS.md, Controlling playback; the ros extra)")
     p.add_argument("--paused", action="store_true",
                    help="with --speed X: start paused (resume from the keys, --foxglove's playback bar or --services)")
@@ -104,7 +106,7 @@ def result_json(r: Any) -> dict[str, Any]:
         doc["quality"] = r.quality
     if "safety" in r.extra:
         doc["safety"] = r.extra["safety"]
-    for key in ("bets", "lost_bet"):   # publishes on a bet (--parallel 2 or more), and a lost one's job
+    for key in ("bets", "lost_bet", "start_s", "seeks"):   # bets (--parallel 2 or more), a lost one; --start, seeks
         if key in r.extra:
             doc[key] = r.extra[key]
     spec = {name: s["speculation"] for name, s in r.stats.items() if "speculation" in s}
@@ -131,7 +133,11 @@ def print_summary(r: Any, out: Any = None) -> None:
         from ..analysis.hardware import format_hardware
         for line in format_hardware({**r.hardware, "missed": r.hardware["missed"][:3]}):
             print(line, file=out)
-    print(f"bag {r.bag}: {r.duration_s:.2f} s replayed in {r.wall_s:.2f} s wall "
+    start = r.extra.get("start_s")
+    seeks = r.extra.get("seeks")
+    print(f"bag {r.bag}: {r.duration_s:.2f} s replayed" + (f" from {start:.2f} s" if start else "")
+          + (f" (after {len(seeks)} seek(s), the last to {seeks[-1]:.2f} s)" if seeks else "")
+          + f" in {r.wall_s:.2f} s wall "
           f"({r.speedup:.2f}x real time); {r.inputs} sensor messages in, "
           + ", ".join(f"{n} {t}" for t, n in r.outputs.items()) + " out", file=out)
     if r.bad_messages:   # {topic: {kind: n}}: rejected kinds were skipped, stamp_* ones used
@@ -189,6 +195,7 @@ def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tup
     """A wall-clock replay's playback core (logical time over the bag, or --until; one period: the shortest
     task period) and, with --foxglove, its playback bar (stamped on the bag's time, as the live view is)."""
     from ..bag import open_bag
+    from ..replay import control as C
     from ..replay.paced import replay_controller
 
     with open_bag(bag) as r:
@@ -198,6 +205,8 @@ def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tup
     periods = [t.period_ns for t in cfg.tasks if getattr(t, "period_ns", None)]
     control = replay_controller(max(1, duration_ns), speed, min(periods) if periods else 100_000_000,
                                 paused=bool(getattr(args, "paused", False)))
+    if getattr(args, "start", None):   # the core's time is the bag's: it starts where the replay does
+        control.update(lambda pb, now: C.arrive(pb, now, min(int(args.start * 1e9), pb.end_ns)))
     fox = None
     if getattr(args, "foxglove", None) is not None:
         from ..cli import UsageError
@@ -230,8 +239,9 @@ def _services(control: Any) -> Any:
         raise UsageError(f"--services: rclpy or std_srvs is installed but cannot be loaded ({e}); install the ros "
                          "extra") from None
     node = ControlNode(control)
-    print("rt-runtime replay: pause, resume, step and rate on /rt_runtime_replay (~/pause, ~/resume, "
-          "~/toggle_paused, ~/is_paused, ~/play_next, ~/play_period; parameter rate)", file=sys.stderr, flush=True)
+    print("rt-runtime replay: pause, resume, step, rate and seek on /rt_runtime_replay (~/pause, ~/resume, "
+          "~/toggle_paused, ~/is_paused, ~/play_next, ~/play_period; parameters rate, seek)", file=sys.stderr,
+          flush=True)
     return node
 
 
@@ -251,7 +261,7 @@ def _keys(control: Any) -> Any:
 
     keys = keyboard(control.command, lambda: control.state, say)
     if keys is not None:
-        say(HELP + " (no seek in a replay)")
+        say(HELP + " (a seek starts the stack afresh there)")
     return keys
 
 
@@ -331,7 +341,7 @@ def run(args: argparse.Namespace) -> int:
                             until_s=args.until, quality=quality_from_outputs, speculate=args.speculate,
                             timing=_timing(args.timing, speed), replace=force, stop=INTERRUPT,
                             parallel=args.parallel, reader=args.reader, listeners=[live] if live is not None else (),
-                            control=control)
+                            control=control, start_s=getattr(args, "start", None))
         finally:
             if keys is not None:
                 keys.close()   # the terminal as it was

@@ -32,15 +32,27 @@ def commands_for(play: bool, speed: float, seek_ns: int | None, pb: C.Playback) 
 
 
 class FoxglovePlayback:
-    """Foxglove's playback controls on ``ctl``: ``server_options`` go to ``foxglove.start_server`` (this object is
-    its listener), then ``bind`` the server started with them. ``offset_ns``: the absolute time of the core's 0
+    """Foxglove's playback controls on ``ctl``: ``server_options`` go to ``foxglove.start_server`` (with a listener
+    that hands its playback requests here), then ``bind`` the server started with them. ``offset_ns``: the absolute time of the core's 0
     (a replay's logical time starts at the bag's start; play's core is on the bag's own time)."""
 
     def __init__(self, ctl: Controller, offset_ns: int = 0, who: str = "rt-runtime play") -> None:
         try:
-            from foxglove.websocket import Capability, PlaybackCommand, PlaybackState, PlaybackStatus
+            from foxglove.websocket import (Capability, PlaybackCommand, PlaybackState, PlaybackStatus,
+                                            ServerListener)
         except ImportError:
             raise LiveError("--foxglove: needs the foxglove-sdk package (pip install 'rt_runtime[live]')") from None
+
+        fp = self
+
+        class Listener(ServerListener):
+            """The SDK calls every callback of its listener (a subscription, a client's advertisement, ...): the
+            protocol's own no-ops for all but the playback requests."""
+
+            def on_playback_control_request(self, request: Any) -> Any:
+                return fp.on_playback_control_request(request)
+
+        self._listener = Listener()
         self.ctl, self.offset, self.who = ctl, int(offset_ns), who
         self._Play, self._State, self._Status = PlaybackCommand.Play, PlaybackState, PlaybackStatus
         self._capabilities = [Capability.PlaybackControl, Capability.Time]
@@ -52,7 +64,7 @@ class FoxglovePlayback:
     def server_options(self) -> dict[str, Any]:
         """``start_server``'s keywords for the playback bar: the capabilities, this listener, the time range."""
         pb = self.ctl.state
-        return {"capabilities": self._capabilities, "server_listener": self,
+        return {"capabilities": self._capabilities, "server_listener": self._listener,
                 "playback_time_range": (pb.start_ns + self.offset, pb.end_ns + self.offset)}
 
     def bind(self, server: Any) -> None:

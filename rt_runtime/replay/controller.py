@@ -15,11 +15,9 @@ Listener = Callable[[C.Playback, "C.Command | None"], None]
 class Controller:
     """A ``Playback`` behind a lock; ``state`` is read without one (an immutable value, swapped whole)."""
 
-    def __init__(self, pb: C.Playback, clock: Callable[[], int] = time.monotonic_ns,
-                 refused: dict[str, str] | None = None) -> None:
+    def __init__(self, pb: C.Playback, clock: Callable[[], int] = time.monotonic_ns) -> None:
         self.state = pb
         self.clock = clock
-        self.refused = refused or {}   # command name -> the line that refuses it here (a replay's seek)
         self._cond = threading.Condition()
         self._listeners: list[Listener] = []
 
@@ -39,8 +37,6 @@ class Controller:
 
     def command(self, cmd: C.Command) -> C.Playback:
         """Apply ``cmd`` now (ControlError, one line, for a bad one: the state is unchanged)."""
-        if cmd.name in self.refused:
-            raise C.ControlError(self.refused[cmd.name])
         with self._cond:
             pb = C.apply(self.state, cmd, self.clock())
         return self._set(pb, cmd)

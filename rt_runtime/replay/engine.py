@@ -34,6 +34,7 @@ from ..sched.optimistic import Mispredicted
 from .controller import Controller
 from .feed import codec_problems
 from .feed_process import READERS, ProcessFeed, bag_bytes, reader_kind
+from .paced import Seek
 from .parallel import wanted_threads
 from .result import ReplayError, ReplayResult
 from .run import DIAGNOSTICS_TOPIC, LET_COUNTERS, ReplayRun
@@ -49,7 +50,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
            speculate: bool | None = None, timing: str = "budget", hardware: bool = True,
            replace: bool = False, stop: Callable[[], str | None] | None = None,
            parallel: int | None = None, reader: str = "auto", listeners: Sequence[Observer] = (),
-           control: Controller | None = None) -> ReplayResult:
+           control: Controller | None = None, start_s: float | None = None) -> ReplayResult:
     """Replay a bag through the configured stack and return what happened.
 
     ``quality(bag, retained egress groups, start_ns, odometry)`` measures the outputs after the run.
@@ -74,8 +75,12 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     ``listeners``: ``Observer``s (the live view, ``rt_runtime.live``), told the tasks once the stack is built,
     then attached with ``Scheduler.listen(hot=True)`` (every event); they observe and change nothing (a lost
     bet's rerun: they hear both runs).
-    ``control``: on the wall clock, pause, step and rate from a ``replay.controller.Controller`` (``replay.paced``:
-    the runtime stands still while paused and logical time resumes where it stopped); ignored on the virtual clock.
+    ``control``: on the wall clock, pause, step, rate and seek from a ``replay.controller.Controller``
+    (``replay.paced``: the runtime stands still while paused and logical time resumes where it stopped; a seek
+    starts the replay again at that instant, as ``start_s`` there would, and what it returns and writes is
+    that run's, ``extra["seeks"]`` listing the jumps); ignored on the virtual clock.
+    ``start_s``: start that far into the bag, as a fresh start there (logical 0 at that instant: the first
+    release of every task, channels at their initial values); ``until_s`` still counts from the bag's start.
     ``reader``: where the bag is read and decoded, ahead of the driver: ``"thread"`` (a thread here),
     ``"process"`` (a child process, off this process's GIL; it starts while the stack builds) or
     ``"auto"`` (the process where the replay reads ``feed_process.PROCESS_MIN_BYTES`` or more and the
@@ -87,16 +92,22 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     lost = None
     cut: ReplayRun | None = None   # a first run that a signal had ended: the rerun ends where it did
     computing = max(1, wanted_threads(parallel))
-    for optimistic in (True, False):   # a lost bet (sched.optimistic): once more, each result settled first
+    skip = 0 if start_s is None else int(start_s * 1e9)
+    seeks: list[float] = []
+    optimistic = True   # a lost bet (sched.optimistic): once more, each result settled first
+    while True:
         bag = _checked_bag(bag_path, cfg, wanted)
-        duration_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
-        if cut is not None:
-            duration_ns = cut.duration_ns
+        end_ns = bag.duration_ns if until_s is None else min(bag.duration_ns, int(until_s * 1e9))
+        if not 0 <= skip < max(1, end_ns):
+            bag.close()
+            raise ReplayError(f"--start: expected seconds from 0 to before the end ({end_ns / 1e9:.3f} s"
+                              f"{' with --until' if until_s is not None else ''}), found {skip / 1e9:g}")
+        duration_ns = end_ns - skip if cut is None else cut.duration_ns
         # The reader process starts first: its start-up overlaps building and warming the stack.
         in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
-        feed = ProcessFeed(bag_path, wanted, duration_ns) if in_process else None
+        feed = ProcessFeed(bag_path, wanted, duration_ns, skip_ns=skip) if in_process else None
         run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
-                        stop=stop if cut is None else None, control=control)
+                        stop=stop if cut is None else None, control=control, skip_ns=skip)
         if cut is not None:   # the same cut, marked as the first run would have marked it
             run.interrupted, run.bag_ns = cut.interrupted, cut.bag_ns
         try:
@@ -114,8 +125,16 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             run.abort()   # nothing of it is kept: the rerun writes ``out`` from the start
             lost = str(e)
             cut = run if run.interrupted else None
+            optimistic = False
             print(f"rt-runtime replay: note: --parallel: {lost}; replaying again with each result computed before "
                   "it is published (the same outputs, slower)", file=sys.stderr)
+            continue
+        except Seek as e:
+            run.abort()   # a fresh start at the instant sought: ``out`` and the report are that run's
+            skip = min(e.target_ns, max(0, end_ns - 1))
+            seeks.append(skip / 1e9)
+            print(f"rt-runtime replay: seek to {skip / 1e9:.3f} s: the stack starts there afresh (channels at their "
+                  "initial values, every task released anew; docs/ROS.md)", file=sys.stderr)
             continue
         except BaseException:
             run.abort()   # an error mid-run: nothing is left at ``out``, a rerun starts clean
@@ -126,6 +145,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     result = run.result(trace)
     if lost is not None:
         result.extra["lost_bet"] = lost
+    if seeks:
+        result.extra["seeks"] = seeks
     return result
 
 

@@ -50,12 +50,15 @@ class FeedItem:
     stamp_ns: int = -1   # its header stamp minus the bag's start (-1: no header): what ``x.meta`` says
 
 
-def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration_ns: int) -> Iterator[FeedItem]:
-    """The bag's input messages in order, decoded; a bad message is an item with ``error`` and ``kind`` set."""
+def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration_ns: int,
+                 skip_ns: int = 0) -> Iterator[FeedItem]:
+    """The bag's input messages in order, decoded; a bad message is an item with ``error`` and ``kind`` set.
+    ``skip_ns``: from that far into the bag, whose instant is logical time 0 (a fresh start there)."""
     last: dict[str, int] = {}   # header stamp of the topic's last used message
     motion = _ego_motion(reader, routes)   # for codecs that compensate the ego's motion (deskew); else None
-    for msg in reader.messages(topics=list(routes), damaged=True):
-        t = msg.t_ns - reader.start_ns
+    origin = reader.start_ns + skip_ns
+    for msg in reader.messages(topics=list(routes), start_ns=origin if skip_ns else None, damaged=True):
+        t = msg.t_ns - origin
         if t > duration_ns:
             return
         route = routes[msg.topic]
@@ -77,7 +80,7 @@ def decoded_feed(reader: BagReader, routes: Mapping[str, IngressRoute], duration
         head = getattr(obj, "header", None)
         stamp = stamp_ns(head.stamp) if head is not None else None
         yield FeedItem(t, msg.t_ns, msg.topic, route, value, notes=_stamp_notes(stamp, msg.topic, msg.t_ns, last),
-                       stamp_ns=max(0, stamp - reader.start_ns) if stamp is not None else -1)
+                       stamp_ns=max(0, stamp - origin) if stamp is not None else -1)
 
 
 def _ego_motion(reader: BagReader, routes: Mapping[str, IngressRoute]) -> EgoMotion | None:

@@ -81,7 +81,7 @@ class ProcessFeed:
     """``decoded_feed`` over ``bag`` in a child process: iterate for the items in order; ``close`` ends the child."""
 
     def __init__(self, bag: str | Path, routes: Mapping[str, IngressRoute], duration_ns: int,
-                 depth: int = DEPTH) -> None:
+                 depth: int = DEPTH, skip_ns: int = 0) -> None:
         """Start the child now: it opens the bag and decodes ahead while the caller builds the stack."""
         self.routes = dict(routes)
         self.bag = str(bag)
@@ -99,7 +99,7 @@ class ProcessFeed:
         try:
             self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
                 [sys.executable, "-m", "rt_runtime.replay.feed_process", self.bag, codecs, str(duration_ns),
-                 str(write_fd), str(depth)],
+                 str(write_fd), str(depth), str(skip_ns)],
                 pass_fds=(write_fd,), stdin=subprocess.DEVNULL, env=env, start_new_session=True)
         except BaseException:
             os.close(read_fd)
@@ -240,7 +240,8 @@ def _cpu_s() -> float:
 
 def child_main(argv: list[str]) -> int:
     """The child: decode the bag's feed and write it to the pipe (fd in ``argv``), the end or the error last."""
-    bag, codecs, duration_ns, fd, depth = argv[0], json.loads(argv[1]), int(argv[2]), int(argv[3]), int(argv[4])
+    bag, codecs = argv[0], json.loads(argv[1])
+    duration_ns, fd, depth, skip_ns = (int(a) for a in argv[2:6])
     warnings.simplefilter("ignore")   # the parent opened the same bag and said what is wrong with it
     frames: queue.Queue[Any] = queue.Queue(maxsize=depth)
     sender = threading.Thread(target=_send, args=(fd, frames), name="rt-replay-reader-send")
@@ -251,7 +252,7 @@ def child_main(argv: list[str]) -> int:
         start = _cpu_s()
         try:
             routes = {topic: _Route(codec) for topic, codec in codecs.items()}
-            for item in decoded_feed(reader, routes, duration_ns):  # type: ignore[arg-type]
+            for item in decoded_feed(reader, routes, duration_ns, skip_ns):  # type: ignore[arg-type]
                 damage = tuple(DAMAGE_REPORTED - sent) if len(DAMAGE_REPORTED) != len(sent) else ()
                 sent.update(damage)
                 frames.put(_frame((item.t_ns, item.log_ns, item.topic, item.value, item.error, item.kind,

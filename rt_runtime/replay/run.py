@@ -64,8 +64,11 @@ class ReplayRun:
 
     def __init__(self, bag_path: str | Path, cfg: StackConfig, bag: BagReader, wanted: dict[str, IngressRoute],
                  feed: ProcessFeed | None, duration_ns: int, *, quality: Callable[..., dict[str, Any]] | None,
-                 progress: bool, stop: Callable[[], str | None] | None, control: Controller | None = None) -> None:
+                 progress: bool, stop: Callable[[], str | None] | None, control: Controller | None = None,
+                 skip_ns: int = 0) -> None:
         self.bag_path, self.cfg, self.bag, self.wanted = bag_path, cfg, bag, wanted
+        self.skip_ns = skip_ns   # logical 0 is this far into the bag (a fresh start there: --start, a seek)
+        self.origin_ns = bag.start_ns + skip_ns   # ... at this bag time
         self.reader = feed   # the reader process, or None: a thread here reads the bag
         self.bag_ns = duration_ns   # what was asked for
         self.duration_ns = duration_ns   # what ran: cut to the message before a stop
@@ -103,7 +106,7 @@ class ReplayRun:
         if retain_channels is None:
             retain_channels = tuple(getattr(quality, "channels", ())) if quality is not None else ()
         self.retain_channels = retain_channels
-        self.collector = OutputCollector(cfg.egress, cfg.frame, self.bag.start_ns, retain=quality is not None,
+        self.collector = OutputCollector(cfg.egress, cfg.frame, self.origin_ns, retain=quality is not None,
                                          background=True, retain_channels=retain_channels)
         self.chains, notes = run_chains(cfg, bindings)
         threads = parallel_threads(parallel, virtual and bool(getattr(cost, "logical", False)), bindings, notes)
@@ -123,7 +126,7 @@ class ReplayRun:
         if not virtual:   # say what "realtime" does here, before it does it
             print(f"rt-runtime replay: {self.rt.describe_realtime()}", file=sys.stderr)
         self.monitor = stack.safety_monitor()
-        start_ns = self.bag.start_ns
+        start_ns = self.origin_ns
         # after the monitor: they hear its SAFETY events too; stamped as the output bag is (the input bag's time)
         self.collector.taps = stack.observe(listeners, lambda t: start_ns + t)
         # Intra-op threads per computing thread: more only fight over the cores.
@@ -146,7 +149,7 @@ class ReplayRun:
         if not self.virtual:
             self.clock.reset_epoch()
         paced = None if self.virtual or self.control is None else \
-            Paced(self.control, self.clock, self._advance, self.stop)  # type: ignore[arg-type]
+            Paced(self.control, self.clock, self._advance, self.stop, self.skip_ns)  # type: ignore[arg-type]
         if paced is not None:
             paced.start()
         self.stack.push_initial()
@@ -154,7 +157,7 @@ class ReplayRun:
         # decoding overlaps the jobs (another core), in order
         self.reading = {"reader": "thread" if self.reader is None else "process"}
         items = self.reader if self.reader is not None else \
-            prefetched(decoded_feed(self.bag, self.wanted, self.duration_ns), stats=self.reading)
+            prefetched(decoded_feed(self.bag, self.wanted, self.duration_ns, self.skip_ns), stats=self.reading)
         last_ns = 0
         for item in items:
             if paced is not None:   # paused: the runtime stands still here (before the signal check)
@@ -207,7 +210,7 @@ class ReplayRun:
             stats = self.rt.stats()
             self.collector.emit(DIAGNOSTICS_TOPIC, self.next_diag, diagnostics(
                 {n: {k: s[k] for k in LET_COUNTERS if k in s} for n, s in stats.items()},
-                self.bag.start_ns + self.next_diag))
+                self.origin_ns + self.next_diag))
             self.next_diag += self.cfg.diagnostics_period_ns
             self.parts.append(self.ring.drain())
             if self.progress:
@@ -296,13 +299,15 @@ class ReplayRun:
                 result.extra["bets"] = ps["bets"]
         if self.retain_channels:
             result.extra["channels"] = collector.channels
+        if self.skip_ns:
+            result.extra["start_s"] = self.skip_ns / 1e9
         if interrupted:
             result.extra.update(interrupted=interrupted, bag_duration_s=self.bag_ns / 1e9)
         if self.quality is not None and not interrupted:   # measured over a whole bag only
             cfg = self.cfg
             ran = dataclasses.replace(cfg, chains=[c for c in cfg.chains if c.deadline_ns is None] + self.chains)
             extra = {"channels": collector.channels, "cfg": ran} if self.retain_channels else {}
-            result.quality = self.quality(self.bag_path, collector.retained, self.bag.start_ns, self.ego, **extra)
+            result.quality = self.quality(self.bag_path, collector.retained, self.origin_ns, self.ego, **extra)
         return result
 
 
