@@ -59,12 +59,12 @@ async def session(url: str) -> dict:
                         elif op["op"] == "advertise":
                             new = []
                             for ch in op["channels"]:
-                                if ch["topic"].endswith("/job"):
+                                if ch["topic"].endswith("/jobs"):
                                     subs[len(subs) + 1] = ch["topic"]
                                     new.append({"id": len(subs), "channelId": ch["id"]})
                             await ws.send(json.dumps({"op": "subscribe", "subscriptions": new}))
-                    elif frame[0] == MESSAGE_DATA:
-                        jobs.append((now, json.loads(frame[13:])))
+                    elif frame[0] == MESSAGE_DATA:   # a task's jobs of an interval (or up to a pause)
+                        jobs.extend((now, j) for j in json.loads(frame[13:])["jobs"])
                     elif frame[0] == TIME:
                         times.append((now, struct.unpack_from("<Q", frame, 1)[0]))
                     elif frame[0] == PLAYBACK_STATE:
