@@ -236,12 +236,13 @@ class Scheduler(JobEnds):
 
     def release(self, ts: TaskState, r: int) -> None:
         """Release a job at ``r``: snapshot its inputs (LET read) and queue it on its worker."""
+        own = ts.mode != 0 and reserved(ts)   # a reserved fallback's release (primary mode: never; no call)
         if ts.triggered:
             ts.pending_release = False
             ts.last_release = r
         elif ts.chain_pos > 0:   # a chain member released on its own (sched.chains: timeout, reserved)
             ts.last_release = r
-            if reserved(ts):
+            if own:
                 ts.stream = True
                 _push(self.timeline, new_entry((next_on_grid(ts, r), RELEASE, ts.name, ts.next_index + 1, ts, -1)))
             else:
@@ -252,8 +253,8 @@ class Scheduler(JobEnds):
         # A degraded task's fallback released on its own period runs ahead of every other job: the
         # reservation the analysis charges (analysis.modes), so an overloaded worker still plans.
         key = self.key(ts.prio, d, ts.name, r)
-        job = self.admit(ts, r, d, RESERVED + key if reserved(ts) else key, None,
-                         ts.chain_skip if ts.chain_pos > 0 and reserved(ts) else ())
+        job = self.admit(ts, r, d, RESERVED + key if own else key, None,
+                         ts.chain_skip if own and ts.chain_pos > 0 else ())
         if job is None:
             if ts.trigger is not None and ts.active >= self.max_active:   # dropped with the message that released it
                 ch, rid = ts.trigger
