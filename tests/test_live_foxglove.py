@@ -142,3 +142,19 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     live.emit(K.OP_START, 0, "T", 0)   # not a kind the view folds: neither queued nor dropped
     assert (len(live.queue), live.events, live.dropped) == (2, 2, 3)
     live.server.stop()
+
+
+def test_a_tasks_window_keeps_its_last_jobs_sorted_as_they_come_and_go() -> None:
+    import random
+    from collections import deque
+
+    from rt_runtime.live.state import WINDOW, Window
+
+    rng = random.Random(1)
+    win, last = Window(), deque(maxlen=WINDOW)
+    for _ in range(3 * WINDOW):
+        response, slack = rng.randint(0, 50), rng.choice([None, rng.randint(-20, 20)])
+        win.add(response, slack)
+        last.append((response, slack))
+        assert win.responses == sorted(r for r, _ in last)
+        assert win.slacks == sorted(s for _, s in last if s is not None)

@@ -77,26 +77,22 @@ def trajectory(group: Group, stamp_ns: int, frame: str) -> bytes:
 
 
 LIFETIME_NS = 300_000_000   # a track's cube and label, unless the next update comes first
-_RGB = np.array([*CLASS_RGB, (0.7, 0.7, 0.7)])   # the last: a class out of range
 
 
 def objects(group: Group, stamp_ns: int, frame: str) -> bytes:
     """Tracks (T, TRACK_COLS: id, class, x, y, vx, vy, yaw, length, width, ...) and their count as
     ``foxglove.SceneUpdate`` (protobuf): everything before deleted, then a cube and a label per confirmed track."""
     n = int(np.asarray(group["count"]).reshape(-1)[0])
-    rows = np.asarray(group["tracks"], np.float64)[:max(0, n)]
-    cls = rows[:, 1].astype(np.int64)
-    known = (cls >= 0) & (cls < len(CLASS_NAMES))
-    rgb = _RGB[np.where(known, cls, len(CLASS_RGB))]
-    half = rows[:, 6] / 2
-    ids, texts = [], []
-    for r, c, k in zip(rows.tolist(), cls.tolist(), known.tolist()):
-        tid = int(r[0])
-        ids.append(f"{CLASS_NAMES[c] if k else 'object'}/{tid}")
-        texts.append(f"#{tid} {math.hypot(r[4], r[5]):.1f} m/s")
-    cubes = [rows[:, 2], rows[:, 3], np.sin(half), np.cos(half), np.maximum(rows[:, 7], 0.1),
-             np.maximum(rows[:, 8], 0.1), rgb[:, 0], rgb[:, 1], rgb[:, 2]]
-    return scene_update(stamp_ns, frame, LIFETIME_NS, ids, texts, cubes, [rows[:, 2], rows[:, 3]])
+    entities = []
+    for r in np.asarray(group["tracks"], np.float64)[:max(0, n)].tolist():   # a few: plain floats, no numpy call
+        tid, cls = int(r[0]), int(r[1])
+        red, green, blue = CLASS_RGB[cls] if 0 <= cls < len(CLASS_RGB) else (0.7, 0.7, 0.7)
+        name = CLASS_NAMES[cls] if 0 <= cls < len(CLASS_NAMES) else "object"
+        half = r[6] / 2
+        entities.append((f"{name}/{tid}", f"#{tid} {math.hypot(r[4], r[5]):.1f} m/s",
+                         (r[2], r[3], math.sin(half), math.cos(half), max(r[7], 0.1), max(r[8], 0.1), red, green, blue),
+                         (r[2], r[3])))
+    return scene_update(stamp_ns, frame, LIFETIME_NS, entities)
 
 
 BUILD: dict[str, Callable[[Group, int, str], bytes]] = {"path": trajectory, "markers": objects}

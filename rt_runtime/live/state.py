@@ -8,6 +8,7 @@ kept in ns until they are written."""
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, insort
 from collections import deque
 from typing import Any, Callable
 
@@ -90,6 +91,30 @@ def percentile(xs: list[Any], q: float) -> Any:
     return xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))]
 
 
+class Window:
+    """A task's last ``WINDOW`` finished jobs: their responses and slacks (ns) kept sorted as they come and go, so
+    a batch reads its percentiles rather than sorting the window again."""
+
+    __slots__ = ("jobs", "responses", "slacks")
+
+    def __init__(self) -> None:
+        self.jobs: deque[tuple[int, int | None]] = deque()
+        self.responses: list[int] = []
+        self.slacks: list[int] = []   # those known (a deadline and a finish)
+
+    def add(self, response: int, slack: int | None) -> None:
+        """A job finished; the oldest leaves once there are ``WINDOW``."""
+        if len(self.jobs) == WINDOW:
+            r, s = self.jobs.popleft()
+            del self.responses[bisect_left(self.responses, r)]
+            if s is not None:
+                del self.slacks[bisect_left(self.slacks, s)]
+        self.jobs.append((response, slack))
+        insort(self.responses, response)
+        if slack is not None:
+            insort(self.slacks, slack)
+
+
 class LiveState:
     """Per task: the open jobs, those ended since the last batch and the window of finished ones; ``fold`` takes
     an event (and returns what it completes at once), ``batch`` the interval's jobs per task."""
@@ -97,7 +122,7 @@ class LiveState:
     def __init__(self) -> None:
         self.open: dict[str, dict[int, list[Any]]] = {}
         self.ended: dict[str, list[list[Any]]] = {}   # task -> jobs ended since the last batch
-        self.window: dict[str, deque[tuple[int, int | None]]] = {}   # (response, slack) ns
+        self.window: dict[str, Window] = {}
         self.jobs: dict[str, int] = {}
         self.misses: dict[str, int] = {}
         self.last_slack: dict[str, int | None] = {}
@@ -205,8 +230,8 @@ class LiveState:
         if rel is not None and fin is not None:
             win = self.window.get(task)
             if win is None:
-                win = self.window[task] = deque(maxlen=WINDOW)
-            win.append((fin - rel, slack))
+                win = self.window[task] = Window()
+            win.add(fin - rel, slack)
         ended = self.ended.get(task)
         if ended is None:
             self.ended[task] = [j]
@@ -230,16 +255,16 @@ class LiveState:
         return out
 
     def _window(self, task: str) -> str:
-        win = self.window.get(task, ())
-        resp = sorted(r for r, _ in win)
-        slacks = [s for _, s in win if s is not None]
+        win = self.window.get(task)
+        resp = win.responses if win is not None else []
         p50 = p90 = p99 = top = "null"
         if resp:
             p50, p90, p99, top = (num(percentile(resp, 50)), num(percentile(resp, 90)), num(percentile(resp, 99)),
                                   num(resp[-1]))
+        slacks = win.slacks if win is not None else []
         return ('{"jobs":%d,"misses":%d,"window":%d,"p50_ms":%s,"p90_ms":%s,"p99_ms":%s,"max_ms":%s,"slack_ms":%s,'
                 '"min_slack_ms":%s}') % (self.jobs.get(task, 0), self.misses.get(task, 0), len(resp), p50, p90, p99,
-                                         top, num(self.last_slack.get(task)), num(min(slacks) if slacks else None))
+                                         top, num(self.last_slack.get(task)), num(slacks[0] if slacks else None))
 
     def close(self) -> None:
         """End the jobs still open at the end of the run as they stand (the next ``batch`` has them)."""
