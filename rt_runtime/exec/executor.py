@@ -7,6 +7,7 @@ planned views, and records each op's start and end. It allocates nothing for pla
 
 ``steps(inputs)`` yields after every op: the op boundaries are the preemption points of the
 scheduler (limited preemption), and closing the generator aborts the job at the next boundary.
+Every op runs in inference mode (nothing is differentiated): aten calls skip autograd's dispatch keys.
 
 On an asynchronous device (``cuda``, and its CPU twin ``cpu-async``) an op is *launched* on the
 task's stream and runs later: after the last op the executor records a completion event and its
