@@ -362,3 +362,30 @@ def test_a_trajectory_and_tracks_are_drawn_where_they_are() -> None:
                                 ("cyclist/7", 10.0, -3.0, 0.6, 1.8, 0.6, (1.0, 0.7, 0.1), "#7 5.0 m/s"),
                                 ("object/8", -1.0, 2.0, -0.3, 0.1, 4.0, (0.7, 0.7, 0.7), "#8 1.0 m/s"))])
     assert ours == scene_class.FromString(sdk.encode())
+
+
+def test_a_stack_attached_again_after_a_seek_ends_the_last_runs_jobs_and_starts_the_fold_over(tmp_path) -> None:
+    from rt_runtime.live.foxglove import FoxgloveLive
+
+    def run(live: FoxgloveLive, jobs: int) -> None:   # a 10 Hz task from logical 0, one job unfinished at the end
+        for i in range(jobs):
+            t = i * 100 * MS
+            live.emit(K.RELEASE, t, "T", i)
+            live.emit(K.START, t, "T", i)
+            if i < jobs - 1:
+                live.emit(K.FINISH, t + 5 * MS, "T", i)
+                live.emit(K.PUBLISH, t + 50 * MS, "T", i, 1, 0)
+
+    live = FoxgloveLive(serve=False, mcap=tmp_path / "seek.mcap", tasks=("T",))
+    live.attach(["T"], lambda t: 10_000_000_000 + t)
+    run(live, 4)
+    live.attach(["T"], lambda t: 20_000_000_000 + t)   # a seek: the stack built again, logical 0 there
+    run(live, 3)
+    live.close()
+    _, got, _ = read_mcap(tmp_path / "seek.mcap")
+    batches = got["/rt/tasks/T/jobs"]
+    assert [j["job"] for j in jobs_of(batches)] == [0, 1, 2, 3, 0, 1, 2]   # each run's jobs, none merged
+    assert [j["finish_ms"] is None for j in jobs_of(batches)] == [False] * 3 + [True] + [False] * 2 + [True]
+    restart = next(k for k, b in enumerate(batches) if b["jobs"][0]["job"] == 0 and k > 0)
+    assert batches[restart - 1]["window"]["jobs"] == 4 and batches[-1]["window"]["jobs"] == 3   # counted afresh
+    assert all(b["t_ms"] <= 400 for b in batches)   # the second run's intervals from its own 0

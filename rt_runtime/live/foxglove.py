@@ -29,6 +29,7 @@ CAPACITY = 1 << 16    # events queued before they are dropped (counted on /rt/li
 OUT_CAPACITY = 64     # decimated output groups queued before they are dropped (counted on /rt/live)
 PERIOD_S = 0.05       # how often the server thread drains the queue (and /rt/live is sent)
 CLOSE_GRACE_S = 0.25  # how long close() leaves the SDK to send the last frames to a connected client
+RESTART, AFTER_ALL = -1, 1 << 62   # the queue's marker of a stack attached again (a seek), past every interval
 
 
 class LiveError(Exception):
@@ -70,7 +71,8 @@ class FoxgloveLive:
         # the SDK (0.30) knows it, and the client's subscription is refused ("Unknown channel ID", 1 run in 2
         # beside a CPU hog): channels known now are in the handshake.
         self.channels = Channels(foxglove, self.ctx, spec)
-        self.attach(spec.tasks)
+        for task in spec.tasks:
+            self.channels.task(task)
         self.mcap = self._open_mcap(foxglove, mcap, replace) if mcap is not None else None
         self.server = None
         self.host, self.port = host, port
@@ -97,6 +99,7 @@ class FoxgloveLive:
         # a batch of jobs and chain outputs per interval (hz 0: per instant, as the outputs are then not decimated)
         self.interval_ns = max(1, int(round(1e9 / spec.hz))) if spec.hz > 0 else 1
         self.next_ns = 0   # where the interval being folded ends
+        self.runs = 0      # stacks attached (a replay's seek starts another)
         self.cpu_s = 0.0   # the server thread's CPU time, once it stopped (bench/bench_live.py)
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._serve, name="rt-foxglove", daemon=True)
@@ -110,10 +113,15 @@ class FoxgloveLive:
     def attach(self, tasks: Sequence[str], stamp: Callable[[int], int] | None = None) -> None:
         """Advertise every task's channels before the run (the spec's are already advertised: the rest now), so
         a client subscribed now receives the first jobs; ``stamp``: the wall (or ROS) time in ns of a logical
-        instant, the messages' log time (the input bag's time in a replay: an MCAP lines up with it)."""
+        instant, the messages' log time (the input bag's time in a replay: an MCAP lines up with it). Attached
+        again (a replay's seek builds the stack afresh: its logical time and job numbers begin at 0 again), the
+        view ends the last run's jobs as they stand and starts over, in order with the events queued."""
         for task in tasks:
             self.channels.task(task)
-        if stamp is not None:
+        self.runs += 1
+        if self.runs > 1:
+            self.queue.append((RESTART, AFTER_ALL, stamp or self.stamp, 0, 0, 0))   # type: ignore[arg-type]
+        elif stamp is not None:
             self.stamp = stamp
 
     def emit(self, kind: int, t_ns: int, task: str, job_index: int, a: int = 0, b: int = 0) -> None:
@@ -179,10 +187,14 @@ class FoxgloveLive:
             t = self.last_t
             for _ in range(n):
                 ev = q.popleft()
-                t = ev[1]
-                if t >= end:
+                if ev[1] >= end:
+                    if ev[0] == RESTART:   # its t is past every interval: tested only here, off the common path
+                        self._restart(ev[2], t)
+                        fold, chains, end, t = self.state.fold, self.chains.fold, 0, 0
+                        continue
                     self._flush(end)
-                    end = (t // step + 1) * step
+                    end = (ev[1] // step + 1) * step
+                t = ev[1]
                 msgs = fold(*ev)
                 if msgs:
                     self._send(msgs, t)
@@ -196,6 +208,13 @@ class FoxgloveLive:
                 stamp = self.stamp(t)
                 ch.log(BUILD[codec](group, stamp, self.spec.frame), log_time=stamp)
         return n > 0
+
+    def _restart(self, stamp: Callable[[int], int], t: int) -> None:
+        """The run that ended: its open jobs as they stand and what is left of it sent; then a fresh fold."""
+        self.state.close()
+        self._flush(t)
+        self.state, self.chains = LiveState(), ChainFold(self.spec.chains)
+        self.stamp = stamp
 
     def counts(self) -> dict[str, int]:
         """What /rt/live says: events and output groups queued and dropped."""
