@@ -29,6 +29,7 @@ from .config.realtime import runtime_kwargs
 from .config.stack import StackConfig, run_chains
 from .core.chain import Chain
 from .device.base import Device, device_for, tensor_device
+from .exec.compile import DEFAULT_JOBS
 from .exec.warmup import warm_up
 from .sched import CostModel, Runtime, TaskBinding
 from .sched.clock import Clock
@@ -81,13 +82,15 @@ class StackRuntime:
         """``ingress_tensor`` on this stack's device."""
         return ingress_tensor(a, self.tensors)
 
-    def warm_up(self) -> None:
+    def warm_up(self, seconds: float | None = None) -> None:
         """Run every executor (primary and fallback) on synthetic inputs in its task's compile mode, then let it
-        capture its graph."""
+        capture its graph; ``seconds``: how long the stack will run (a replay: its bag's), which at each task's
+        rate is the jobs ``auto`` weighs a compiled kernel's cost against (None: ``exec.compile.DEFAULT_JOBS``)."""
         for ts in self.rt.sched.tasks.values():
+            jobs = DEFAULT_JOBS if seconds is None else max(1.0, seconds * 1e9 / ts.binding.task.period_ns)
             for ex in ts.executors:
                 if ex is not None:
-                    warm_up(ex, compile=ts.binding.compile)
+                    warm_up(ex, compile=ts.binding.compile, expected_jobs=jobs)
 
     def push_initial(self) -> None:
         """The stack's initial channel values, visible at time 0."""

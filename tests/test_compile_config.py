@@ -37,3 +37,22 @@ def test_a_misspelt_compile_mode_is_one_line_naming_task_field_and_choices(tmp_p
     msg = str(e.value)
     assert "\n" not in msg and "task 'radar_objects': compile" in msg and "auto, eager, jit, aot" in msg
     assert "'jitt'" in msg and "did you mean 'jit'" in msg
+
+
+def test_warm_up_weighs_a_compile_against_the_run_it_is_told_at_each_tasks_rate(monkeypatch):
+    """A replay says its bag's length: a 10 Hz task of a 20 s bag expects 200 jobs; unsaid: the seam's default."""
+    from types import SimpleNamespace
+
+    from rt_runtime import drive
+    from rt_runtime.exec.compile import DEFAULT_JOBS
+
+    asked = []
+    monkeypatch.setattr(drive, "warm_up", lambda ex, compile, expected_jobs: asked.append((ex, compile, expected_jobs)))
+    ts = SimpleNamespace(executors=["primary", None, "fallback"],
+                         binding=SimpleNamespace(compile="auto", task=SimpleNamespace(period_ns=100_000_000)))
+    stack = SimpleNamespace(rt=SimpleNamespace(sched=SimpleNamespace(tasks={"t": ts})))
+    drive.StackRuntime.warm_up(stack, seconds=20.0)   # type: ignore[arg-type]
+    assert asked == [("primary", "auto", pytest.approx(200.0)), ("fallback", "auto", pytest.approx(200.0))]
+    asked.clear()
+    drive.StackRuntime.warm_up(stack)   # type: ignore[arg-type]
+    assert [j for *_, j in asked] == [DEFAULT_JOBS, DEFAULT_JOBS]

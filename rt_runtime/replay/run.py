@@ -131,7 +131,7 @@ class ReplayRun:
         self.collector.taps = stack.observe(listeners, lambda t: start_ns + t)
         # Intra-op threads per computing thread: more only fight over the cores.
         torch.set_num_threads(max(1, min(cfg.threads, (os.cpu_count() or 1) // max(1, threads))))
-        stack.warm_up()
+        stack.warm_up(seconds=self.duration_ns / 1e9)   # auto weighs a compile against this bag, not 10 min
         if self.reader is None:   # a reader thread decodes here: its decoders are made now, not in the run
             self.bag.prepare(self.wanted)
         self.next_diag = cfg.diagnostics_period_ns
