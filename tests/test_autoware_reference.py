@@ -73,9 +73,10 @@ def test_kpis_the_reference_way_on_a_made_up_history() -> None:
 
 @pytest.mark.wallclock
 @pytest.mark.timeout(120)
-def test_a_short_run_on_the_wall_clock_gives_well_formed_kpis(lib) -> None:
-    p = subprocess.run([sys.executable, str(EX / "run.py"), "--duration", "3", "--json", "--crunch-ms", "1"],
-                       capture_output=True, text=True, timeout=100)
+def test_a_short_run_on_the_wall_clock_gives_well_formed_kpis_and_a_trace_analyze_reads(lib, tmp_path) -> None:
+    trace = tmp_path / "autoware.rttrace"
+    p = subprocess.run([sys.executable, str(EX / "run.py"), "--duration", "3", "--json", "--crunch-ms", "1",
+                        "--trace", str(trace)], capture_output=True, text=True, timeout=100)
     assert p.returncode == 0, p.stderr[-2000:]
     k = json.loads(p.stdout.strip().splitlines()[-1])
     assert set(k) >= {"hot_path_latency_ms", "hot_path_drops", "lost_cycles", "bp_period_ms"}
@@ -85,3 +86,11 @@ def test_a_short_run_on_the_wall_clock_gives_well_formed_kpis(lib) -> None:
     assert isinstance(k["hot_path_drops"]["total"], int) and isinstance(k["lost_cycles"], int)
     assert set(k["bp_period_ms"]) == {"std", "max_abs_dev_from_100"}
     assert k["rt_runtime"]["errors"] == [] and k["rt_runtime"]["samples_at_sink"] > 0
+    # The trace says what the runtime counted, and analyze reads the example's task set with it (its chains).
+    a = subprocess.run([sys.executable, "-m", "rt_runtime.cli", "analyze", str(trace), "--json"],
+                       capture_output=True, text=True, timeout=100, cwd=EX.parent.parent)
+    assert a.returncode == 0 and "warning" not in a.stderr, a.stderr[-2000:]
+    doc = json.loads(a.stdout)
+    assert {t["name"] for t in doc["tasks"]} == {n.name for n in S.TOPOLOGY}
+    assert {t["name"]: t["misses"] for t in doc["tasks"] if t["misses"]} == k["rt_runtime"]["missed"]
+    assert {c["name"] for c in doc["chains"]} >= {"hot_path_front", "hot_path_rear"}

@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--realtime", action="store_true", help="SCHED_FIFO and pinning where the OS permits")
     ap.add_argument("--steal", action=argparse.BooleanOptionalAction, default=True,
                     help="work-conserving dispatch: an idle worker takes waiting jobs (default on)")
+    ap.add_argument("--trace", metavar="FILE", help="write the run's trace there (rt-runtime analyze FILE explains "
+                    "each miss)")
     a = ap.parse_args(argv)
     if not (0 < a.duration <= 86400):
         print("run.py: --duration must be in (0, 86400] seconds", file=sys.stderr)
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         print(f"run.py: {e}", file=sys.stderr)
         return 2
-    out = system.run(a.duration, limit, workers=a.workers, realtime=a.realtime, steal=a.steal)
+    out = system.run(a.duration, limit, workers=a.workers, realtime=a.realtime, steal=a.steal, trace=a.trace)
     out["crunch_limit"] = limit
     if a.json:
         print(json.dumps(out))

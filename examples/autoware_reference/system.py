@@ -21,7 +21,7 @@ import ctypes
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -366,10 +366,12 @@ def build(limit: int, *, hop_ms: int = 30, front_chain_ms: int = 50, rear_chain_
 
 
 def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = False, steal: bool = True,
-        **build_kw: int) -> dict:
+        trace: str | Path | None = None, **build_kw: int) -> dict:
     """Run the system on the WallClock for ``duration_s``; returns the KPIs and the runtime's counters
-    (``build_kw``: ``build``'s deadlines)."""
+    (``build_kw``: ``build``'s deadlines); ``trace``: write the run's ``.rttrace`` there (``rt-runtime analyze``
+    explains each miss)."""
     from rt_runtime.sched import Runtime, WallClock
+    from rt_runtime.trace import TraceRing
 
     bindings, chains, _ = build(limit, **build_kw)
     samples: list[np.ndarray] = []
@@ -385,12 +387,15 @@ def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = Fal
             if root:
                 publish_lat.append((time.monotonic_ns() - root) / 1e6)
 
+    ring = TraceRing(1 << 22) if trace is not None else None   # 4M events: a minute of this system, undrained
     rt = Runtime(bindings, clock=WallClock(), workers=workers, threaded=True, realtime=realtime,
-                 chains=chains, egress=egress, steal=steal)
+                 chains=chains, egress=egress, steal=steal, sink=ring)
     try:
         rt.run_until(int(duration_s * 1e9))
     finally:
         rt.close()
+        if ring is not None:
+            _save_trace(trace, ring, bindings, rt)
     out = kpis(samples)
     st = rt.stats()
     pl = np.array(publish_lat[10:]) if len(publish_lat) > 10 else np.zeros(0)
@@ -404,3 +409,16 @@ def run(duration_s: float, limit: int, *, workers: int = 2, realtime: bool = Fal
         "samples_at_sink": len(samples),
     }
     return out
+
+
+def _save_trace(path: str | Path, ring: Any, bindings: list[Any], rt: Any) -> None:
+    """The run's events and what ``rt-runtime analyze`` needs of the task set (as a stack's trace says it)."""
+    from rt_runtime.trace import save_trace
+
+    save_trace(path, ring.drain(), {
+        "clock": "wall", "config": str(Path(__file__).with_name("tasks.yaml")), "policy": rt.policy.name,
+        "workers": len(rt.sched.workers), "lost_events": ring.lost,
+        "ops": {b.name: [o.name for o in b.graph.ops] for b in bindings},
+        "tasks_config": {b.name: {"period_ns": b.task.period_ns, "deadline_ns": b.task.deadline,
+                                  "wcet_ns": b.task.wcet_ns, "priority": b.task.priority,
+                                  "rank": rt.sched.tasks[b.name].prio, "trigger": b.task.trigger} for b in bindings}})
