@@ -1,6 +1,6 @@
 """Where the eager kernels lose to TorchScript: each reference kernel on the arguments it got in a replay.
 
-    python bench/bench_kernel_overhead.py [--calls 8] [--rounds 3]
+    python bench/bench_kernel_overhead.py [--calls 8] [--rounds 3] [--threads _predict,_clearance,ground]
 
 Replays the built-in bag once (eager, serial driver), keeping copies of each kernel's first ``--calls``
 argument lists (real inputs, not the warm-up's zeros); then, per kernel, one torch thread, thread CPU
@@ -10,6 +10,11 @@ scripted by TorchScript in grad mode (the kernels before 81ff194; an anchor, nev
 runtime). The column "x calls" is the kernel's calls in the replay, so (eager - TorchScript) x calls
 is what the kernel costs the replay against TorchScript. The camera net is left out (it ran in
 inference mode in both, and its convolutions cost the same: 3.0 ms a call either way).
+
+``--threads K1,K2``: instead, the named kernels' eager bodies (inference mode) on two threads at once,
+each doing what one thread does alone, free or taking one shared lock per call: wall and process CPU
+seconds, the cost of the GIL changing hands at every aten call (each releases it) when both threads run
+Python between their calls.
 """
 from __future__ import annotations
 
@@ -72,13 +77,51 @@ def per_call(fn: Callable[..., Any], argsets: list[tuple[Any, ...]], mode: Calla
     return statistics.median(batches)
 
 
+def threads(seen: dict[Any, list[tuple[Any, ...]]], names: list[str], rounds: int, n: int = 30) -> None:
+    """Each named kernel: one thread doing 2n passes, two doing n each, free and under one lock."""
+    import threading
+
+    by_name = {k.name.rsplit(".", 1)[-1]: (k, v) for k, v in seen.items()}
+
+    def work(k: Any, argsets: list[tuple[Any, ...]], passes: int, lock: Any) -> None:
+        work_ = [_copy(a) for a in argsets]
+        with torch.inference_mode():
+            for _ in range(passes):
+                for a in work_:
+                    with lock or contextlib.nullcontext():
+                        k.py(*a)
+
+    def run(k: Any, v: list[tuple[Any, ...]], count: int, lock: Any) -> tuple[float, float]:
+        ts = [threading.Thread(target=work, args=(k, v, 2 * n // count, lock)) for _ in range(count)]
+        t0, c0 = time.perf_counter(), time.process_time()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    print(f"two threads, load {os.getloadavg()[0]:.2f}; wall s / CPU s for the same work, medians of {rounds}")
+    for name in names:
+        k, v = by_name[name]
+        got: dict[str, list[tuple[float, float]]] = {"one thread": [], "two threads": [], "two, one lock": []}
+        for _ in range(rounds):
+            got["one thread"].append(run(k, v, 1, None))
+            got["two threads"].append(run(k, v, 2, None))
+            got["two, one lock"].append(run(k, v, 2, threading.Lock()))
+        print(f"{name:<14} " + "  ".join(f"{m} {statistics.median(w for w, _ in r):.3f} / "
+                                          f"{statistics.median(c for _, c in r):.3f}" for m, r in got.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", default="", help="kernels (names after the module) run on two threads instead")
     a = ap.parse_args()
     seen, calls = record(a.calls)
     torch.set_num_threads(1)
+    if a.threads:
+        return threads(seen, a.threads.split(","), a.rounds)
     warnings.simplefilter("ignore", DeprecationWarning)   # torch.jit.script's: the anchor only
     rows = []
     for k, argsets in seen.items():
