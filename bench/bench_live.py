@@ -4,7 +4,8 @@ same run), with it and no client, with a Foxglove protocol client subscribed to 
 of its own, as the Foxglove app is: ``client``; on a thread of the replay's process, sharing its GIL:
 ``client thread``), and with ``--foxglove-mcap`` alone (no server: every channel written to a file). Every
 channel of the stack is on: jobs and windows, safety, degraded tasks, speculation, chain latencies and the
-trajectory and objects, at the default 10 Hz (``live.channels.LiveSpec.of``).
+trajectory and objects, at the default 10 Hz (``live.channels.LiveSpec.of``; ``RT_BENCH_LIVE_HZ``: another
+``--foxglove-hz``).
 
 Wall time of ``replay()`` per variant, the median of ``RT_BENCH_REPEATS`` (default 5) runs, interleaved so
 load on a shared machine hits every variant alike; the digest of each variant, and the events the view
@@ -35,6 +36,7 @@ from rt_runtime.replay.defaults import default_bag, default_config
 
 SECONDS = float(os.environ.get("RT_BENCH_LIVE_S", "5"))
 REPEATS = int(os.environ.get("RT_BENCH_REPEATS", "5"))
+HZ = float(os.environ.get("RT_BENCH_LIVE_HZ", "10"))
 
 
 def client(url: str, ready: threading.Event, counts: dict[str, int]) -> None:
@@ -68,19 +70,23 @@ def client_process(url: str) -> subprocess.Popen:
 
 
 def client_main(url: str) -> None:
-    """The client process: 'ready' once connected, the message count once the server stopped."""
+    """The client process: 'ready' once connected; once the server stopped, the message count and the CPU ms it
+    took since it was ready (its start-up, imports included, is before the replay)."""
+    import time
+
     ready, counts = threading.Event(), {}
     th = threading.Thread(target=client, args=(url, ready, counts), daemon=True)
     th.start()
     ready.wait(30)
+    cpu0 = time.process_time()
     print("ready", flush=True)
     th.join()
-    print(counts.get("messages", 0), flush=True)
+    print(counts.get("messages", 0), round(1e3 * (time.process_time() - cpu0)), flush=True)
 
 
 def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
     """One replay: wall time, digest, the view's counts."""
-    spec = LiveSpec.of(cfg)
+    spec = LiveSpec.of(cfg, HZ)
     mcap = Path(tempfile.mkdtemp(prefix="bench-live-")) / "live.mcap" if variant == "mcap" else None
     live = None if variant == "none" else FoxgloveLive("127.0.0.1", 0, spec=spec, serve=mcap is None, mcap=mcap)
     counts: dict[str, int] = {}
@@ -105,7 +111,7 @@ def once(bag: Any, cfg: Any, variant: str) -> tuple[float, str, dict[str, int]]:
         th.join(30)
     if proc is not None:
         out, _ = proc.communicate(timeout=30)
-        counts["messages"] = int(out.split()[-1])
+        counts["messages"], counts["client_ms"] = (int(x) for x in out.split()[-2:])
     return r.wall_s, r.output_digest, counts
 
 
@@ -141,18 +147,20 @@ def main() -> None:
     anchor = statistics.median(walls["none"])
     per_emit = statistics.median(emit_ns() for _ in range(5))
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"built-in scenario, first {SECONDS:g} s at --speed max, median of {REPEATS} interleaved runs "
-          f"(load average at the end: {load} on {os.cpu_count()} cores)")
+    print(f"built-in scenario, first {SECONDS:g} s at --speed max, --foxglove-hz {HZ:g}, median of {REPEATS} "
+          f"interleaved runs (load average at the end: {load} on {os.cpu_count()} cores)")
     print(f"{'variant':<13} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} "
-          f"{'msgs':>7} {'view cpu ms':>11} {'emits ms':>9}")
+          f"{'msgs':>7} {'view cpu ms':>11} {'client ms':>9} {'emits ms':>9}")
     for v in variants:
         m = statistics.median(walls[v])
         digest, c = info[v]
         hot = c.get("events", 0) * per_emit / 1e6   # what the appends cost the scheduler's thread
         print(f"{v:<13} {m:>8.3f} {100 * (m / anchor - 1):>+7.1f}% {min(walls[v]):>7.3f} {digest[:16]:>18} {c.get('events', 0):>8} "
-              f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7} {c.get('cpu_ms', 0):>11} {hot:>9.2f}")
+              f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7} {c.get('cpu_ms', 0):>11} {c.get('client_ms', 0):>9} "
+              f"{hot:>9.2f}")
     print(f"one emit: {per_emit:.0f} ns (median of 5 x 200,000 appends); 'emits ms' = events x that, on the "
-          "scheduler's thread; 'view cpu ms' = the server thread's CPU (folding, building, logging), off it")
+          "scheduler's thread; 'view cpu ms' = the server thread's CPU (folding, building, logging), off it; 'client ms' = "
+          "the client process's CPU during the run (on the same cores)")
 
 
 if __name__ == "__main__":

@@ -320,7 +320,7 @@ def test_a_trajectory_and_tracks_are_drawn_where_they_are() -> None:
     path = proto_class("foxglove.PosesInFrame", m.PosesInFrame.get_schema().data).FromString(
         trajectory({"trajectory": rows}, 1_500_000_000, "map"))
     assert (path.timestamp.seconds, path.timestamp.nanos, path.frame_id) == (1, 500_000_000, "map")
-    assert [(p.position.x, p.position.y, p.position.z) for p in path.poses] == [(1.0, 2.0, 0), (4.0, 5.0, 0)]   # NaN out
+    assert [(p.position.x, p.position.y, p.position.z) for p in path.poses] == [(1.0, 2.0, 0), (4.0, 5.0, 0)]   # no NaN
     assert [2 * math.atan2(p.orientation.z, p.orientation.w) for p in path.poses] == pytest.approx([0.5, -0.25])
     assert all(p.orientation.x == p.orientation.y == 0 for p in path.poses)
     tracks = np.zeros((3, 12))

@@ -108,7 +108,8 @@ def test_a_late_publish_and_a_skipped_job_are_each_one_job_of_the_intervals_batc
     assert s.batch(20 * ms, lambda task: False) == [] and not s.pending()   # nobody receives it: not built
     assert s.jobs["T"] == 2   # ... and still counted
     for ev in [(K.RELEASE, 20 * ms, "T", 2, 0, 0), (K.START, 20 * ms, "T", 2, 0, 0),
-               (K.FINISH, 27 * ms, "T", 2, 7 * ms, 0), (K.MISS, 25 * ms, "T", 2, 0, 1), (K.PUBLISH, 27 * ms, "T", 2, 1, 1),
+               (K.FINISH, 27 * ms, "T", 2, 7 * ms, 0), (K.MISS, 25 * ms, "T", 2, 0, 1),
+               (K.PUBLISH, 27 * ms, "T", 2, 1, 1),
                (K.RELEASE, 30 * ms, "T", 3, 0, 0), (K.START, 30 * ms, "T", 3, 0, 0),
                (K.FINISH, 32 * ms, "T", 3, 2 * ms, 0), (K.PUBLISH, 35 * ms, "T", 3, 1, 0)]:
         s.fold(*ev)
