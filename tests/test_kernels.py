@@ -77,10 +77,44 @@ def test_the_net_benefit_rule_picks_a_bit_identical_mode_that_pays_for_itself() 
     # aot saves more, but its bits differ from eager's: auto never takes it
     assert pick("auto", rec, 1e9, built={"jit", "aot"})[0] == "jit"
     assert pick("aot", rec, 10, built=set())[0] == "aot"              # asked: taken, whatever it costs
-    assert pick("auto", {"modes": {}}, 1e9, set()) == ("eager", {}, "nothing measured (rt-runtime compile measures)")
+    assert pick("auto", {"modes": {}}, 1e9, set()) == ("eager", {}, "no compiled mode measured (rt-runtime compile --build measures)")
     failed = {"t_eager": 1e-3, "modes": {"aot": {"error": "Unsupported: data-dependent", "build_s": 2.0}}}
     assert pick("aot", failed, 1e9, set())[0] == "eager" and "aot failed: Unsupported" in pick("aot", failed, 1, set())[2]
     assert pick("auto", failed, 1e9, set()) == ("eager", {}, "aot failed: Unsupported: data-dependent")
+
+
+def test_auto_chooses_by_the_bags_figures_where_measured_never_the_zeros() -> None:
+    from rt_runtime.exec.compile import figures
+
+    zeros = {"t_eager": 15e-3, "modes": {"jit": {"t": 0.3e-3, "build_s": 20.0, "bit_equal": True},
+                                         "aot": {"t": 0.1e-3, "build_s": 20.0, "bit_equal": True}}}
+    assert pick("auto", zeros, 6000, set())[0] == "aot"          # on the zeros: 88 s saved, it pays
+    real = {**zeros, "real": {"inputs": "8 calls from b", "t_eager": 0.3e-3, "modes": {"jit": {"t": 0.2e-3,
+                                                                                        "bit_equal": True}}}}
+    mode, nets, why = pick("auto", real, 6000, set())             # on the bag: 0.6 s saved for a 20 s build
+    assert mode == "eager" and set(nets) == {"jit"} and nets["jit"] == pytest.approx(-19.4)
+    assert figures(real)["modes"]["aot"] == {"build_s": 20.0}      # the zeros' aot figures are not mixed in
+    assert pick("auto", real, 1e6, set()) == ("jit", pytest.approx({"jit": 80.0}),
+                                              "largest net benefit, bit-identical on 8 calls from b")
+    only_zeros = {**zeros, "real": {"inputs": "8 calls from b", "t_eager": 0.3e-3, "modes": {}}}
+    assert pick("auto", only_zeros, 1e9, set()) == (
+        "eager", {}, "aot, jit measured on the warm-up's zeros only, not used (rt-runtime compile --bag measures it)")
+
+
+def test_a_mode_whose_bits_differ_on_the_recorded_arguments_is_never_taken() -> None:
+    from rt_runtime.exec.compile import measure_real
+
+    k = kernel(_scale)
+    argsets = [(torch.arange(n, dtype=torch.float32), torch.empty(n), 2.0) for n in (3, 5)]
+    rec = {"t_eager": 1.0, "modes": {"jit": {"t": 1e-9, "build_s": 0.0, "bit_equal": True},
+                                     "aot": {"t": 1e-9, "build_s": 0.0, "bit_equal": True}}}
+    wrong = lambda x, y, s: y.copy_(x * s + 1e-6)   # noqa: E731 - a compiled stand-in, off by a bit
+    assert measure_real(k, rec, {"jit": k.py, "aot": wrong}, argsets, "2 calls from b")
+    real = rec["real"]
+    assert real["shapes"] == [[[3], [3], 2.0], [[5], [5], 2.0]] and real["t_eager"] > 0
+    assert real["modes"]["jit"]["bit_equal"] is True and real["modes"]["aot"]["bit_equal"] is False
+    assert pick("auto", rec, 1e12, set())[0] in ("eager", "jit")   # aot never, however fast
+    assert not measure_real(k, rec, {"jit": k.py}, argsets, "2 calls from b")   # measured: kept
 
 
 def test_the_default_request_is_eager_and_a_bad_one_names_the_variable(monkeypatch) -> None:
@@ -124,7 +158,7 @@ def test_auto_and_eager_build_nothing_and_keep_the_python_body(monkeypatch, tmp_
         k(torch.ones(3), torch.empty(3), 2.0)
     (auto,) = prepare(seen, "auto", 100, 1, "cpu")
     (eager,) = prepare(seen, "eager", 100, 1, "cpu")
-    assert auto.mode == eager.mode == "eager" and k.impl is _scale and "nothing measured" in auto.why
+    assert auto.mode == eager.mode == "eager" and k.impl is _scale and "no compiled mode measured" in auto.why
     assert auto.t_eager is None and not list(tmp_path.glob("*.json"))   # nothing timed, nothing written
     with pytest.raises(ValueError, match="compile: expected one of auto, eager, jit, aot, found 'fast'"):
         prepare(seen, "fast", 100, 1, "cpu")

@@ -17,8 +17,11 @@ compile`` measured (``exec/cache.py``); with nothing measured a kernel stays eag
 be built in a mode (Dynamo or export refuses it) runs eager, with one line saying why.
 
 Compilation is not thread-safe: everything here runs on one thread, before the workers start.
-What a kernel is measured on is the warm-up's synthetic arguments (zeros): a weak probe of speed and of
-bit-identity for data-dependent bodies (docs/BENCHMARKS.md, "Kernel compile modes").
+A kernel is built on the warm-up's synthetic arguments (zeros) and first measured on them: a weak probe
+of speed and of bit-identity for data-dependent bodies (10-200x a real call: docs/BENCHMARKS.md, "Kernel
+compile modes"). ``rt-runtime compile --bag`` also measures it on the arguments it got in the bag's first
+seconds (``exec/sample.py``), stored beside the probe's under the same key (the record's ``real``, marked
+with the bag); where those exist ``auto`` reads them alone: a mode measured only on the zeros is not taken.
 """
 from __future__ import annotations
 
@@ -33,10 +36,13 @@ import torch
 
 from . import cache
 from .kernel import MODES, REQUESTS, SETUP_LOCK, Kernel, recording  # noqa: F401 - REQUESTS re-exported
+from .sample import Samples, describe_shapes
 JIT_OPTIONS: tuple[dict[str, Any] | None, ...] = ({"cpp_wrapper": True}, None)
 """Inductor's options ``jit`` tries in turn: its C++ wrapper (off the GIL), then its Python wrapper."""
 DEFAULT_JOBS = 6000
 """Jobs expected when the caller does not say: a 10 Hz task for ten minutes."""
+ZEROS = "the warm-up's zeros"
+"""Where a record's figures come from when no bag's were measured (``figures``)."""
 
 
 def default_request() -> str:
@@ -66,11 +72,32 @@ class Choice:
     bit_equal: dict[str, bool] = field(default_factory=dict)
     net: dict[str, float] = field(default_factory=dict)
     why: str = ""
+    inputs: str = ZEROS
+    probe: dict[str, Any] = field(default_factory=dict)
+    """Where the bag's arguments were measured: the warm-up zeros' figures, not used (t_eager, t, bit_equal, mode)."""
+    shapes: list[Any] = field(default_factory=list)
+
+
+def figures(rec: dict[str, Any], real: bool = True) -> dict[str, Any]:
+    """The numbers ``pick`` reads from a record: the bag's (``rec["real"]``) where measured, else the zeros'.
+
+    With the bag's, a mode keeps its costs and error but loses the zeros' time and bits unless it was
+    measured on the bag too: the zeros' figures are never mixed in. ``inputs`` says which."""
+    got = rec.get("real") if real else None
+    if not got:
+        return {**rec, "inputs": ZEROS}
+    modes = {}
+    for m, r in rec.get("modes", {}).items():
+        modes[m] = {k: v for k, v in r.items() if k not in ("t", "bit_equal")}
+        modes[m].update(got.get("modes", {}).get(m, {}))
+    return {"t_eager": got.get("t_eager"), "modes": modes, "inputs": got.get("inputs", "a bag")}
 
 
 def pick(requested: str, rec: dict[str, Any], calls: float, built: set[str]) -> tuple[str, dict[str, float], str]:
-    """The mode for one kernel from its record: (mode, net benefit per measured mode, why). Pure."""
-    modes, nets = rec.get("modes", {}), {}
+    """The mode for one kernel from its record (``figures``): (mode, net benefit per measured mode, why). Pure."""
+    view = figures(rec)
+    modes, nets = view.get("modes", {}), {}
+    rec = view
     t_e = rec.get("t_eager")
     for m, r in modes.items():
         if t_e is not None and r.get("t") is not None:
@@ -82,10 +109,14 @@ def pick(requested: str, rec: dict[str, Any], calls: float, built: set[str]) -> 
     fit = {m: n for m, n in nets.items() if n > 0 and modes[m].get("bit_equal")}
     if fit:
         best = max(sorted(fit), key=lambda m: fit[m])
-        return best, nets, "largest net benefit, bit-identical on the probe"
+        return best, nets, f"largest net benefit, bit-identical on {view['inputs']}"
     failed = "; ".join(f"{m} failed: {r['error']}" for m, r in sorted(modes.items()) if "error" in r)
     if not nets:
-        return "eager", nets, failed or "nothing measured (rt-runtime compile measures)"
+        zeros_only = sorted(m for m, r in modes.items() if "error" not in r and "t" not in r)
+        if view["inputs"] != ZEROS and zeros_only:
+            return "eager", nets, (f"{', '.join(zeros_only)} measured on {ZEROS} only, not used "
+                                   "(rt-runtime compile --bag measures it)" + (f"; {failed}" if failed else ""))
+        return "eager", nets, failed or "no compiled mode measured (rt-runtime compile --build measures)"
     return "eager", nets, "no bit-identical mode with a positive net benefit" + (f"; {failed}" if failed else "")
 
 
@@ -130,6 +161,48 @@ def per_call(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float = 0.
                 fn(*a)
             batches.append((time.perf_counter() - t0) / n)
     return statistics.median(batches)
+
+
+def per_call_over(fn: Callable[..., Any], argsets: list[tuple[Any, ...]], budget_s: float = 0.2) -> float:
+    """Median seconds of one call of ``fn`` over copies of ``argsets`` in turn (a few batches within ``budget_s``)."""
+    work = [_clone(a) for a in argsets]
+    with torch.inference_mode():   # as an executor runs it (exec/executor.py)
+        t0 = time.perf_counter()
+        for a in work:
+            fn(*a)
+        once = max((time.perf_counter() - t0) / len(work), 1e-7)
+        n = max(1, min(200, int(budget_s / 5 / once / len(work))))
+        batches = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                for a in work:
+                    fn(*a)
+            batches.append((time.perf_counter() - t0) / (n * len(work)))
+    return statistics.median(batches)
+
+
+def measure_real(k: Kernel, rec: dict[str, Any], impls: dict[str, Callable[..., Any]],
+                 argsets: list[tuple[Any, ...]], inputs: str) -> bool:
+    """Time ``k`` eager and in each mode of ``impls`` on ``argsets`` (recorded from a bag) into ``rec["real"]``.
+
+    A compiled call runs as in a job: under ``eager_on_recompile``, so a shape its guards refuse runs the
+    Python body, as it would live. Modes already measured on the same inputs are kept. True: changed."""
+    real = rec.get("real")
+    if not real or real.get("inputs") != inputs or len(real.get("shapes", ())) != len(argsets):
+        real = rec["real"] = {"inputs": inputs, "shapes": describe_shapes(argsets), "modes": {},
+                              "t_eager": per_call_over(k.py, argsets)}
+        changed = True
+    else:
+        changed = False
+    for m, impl in impls.items():
+        if m in real["modes"]:
+            continue
+        with torch.compiler.set_stance("eager_on_recompile"):
+            real["modes"][m] = {"t": per_call_over(impl, argsets),
+                                "bit_equal": all(bit_equal(k, impl, a) for a in argsets)}
+        changed = True
+    return changed
 
 
 class AotKernel:
@@ -210,11 +283,47 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[:160]}"
 
 
+def _measure_recorded(k: Kernel, rec: dict[str, Any], impls: dict[str, Callable[..., Any]], args: tuple[Any, ...],
+                      key: str, real: Samples) -> bool:
+    """``measure_real`` for every mode the record built, loading (and timing the load of) those not loaded."""
+    done = rec.get("real", {}).get("modes", {}) if rec.get("real", {}).get("inputs") == real.source else {}
+    for m, r in rec["modes"].items():
+        if "t" in r and m not in impls and m not in done:
+            t0 = time.perf_counter()
+            try:
+                impls[m] = _build(k, m, args, key)
+                r["load_s"] = time.perf_counter() - t0
+            except Exception as e:  # noqa: BLE001 - measured as it runs: not at all
+                cache.note(f"kernel {k.name}: {m} failed to load ({_first_line(e)}): not measured on {real.source}")
+    return measure_real(k, rec, impls, real.args[k.name], real.source)
+
+
+def _choice(k: Kernel, requested: str, rec: dict[str, Any], calls: float, nets: dict[str, float], why: str) -> Choice:
+    """What ``prepare`` reports for ``k``: the figures it chose by, and the zeros' beside where a bag's were used."""
+    def cols(view: dict[str, Any]) -> tuple[dict[str, float], dict[str, bool]]:
+        ms = view["modes"]
+        return ({m: r["t"] for m, r in ms.items() if "t" in r},
+                {m: bool(r.get("bit_equal")) for m, r in ms.items() if "t" in r})
+    view = figures(rec)
+    t, bits = cols(view)
+    c = Choice(k.name, requested, k.mode, calls, view.get("t_eager"), t,
+               {m: r.get("load_s", r["build_s"]) for m, r in rec["modes"].items()}, bits, nets, why, view["inputs"])
+    if view["inputs"] != ZEROS:
+        zeros = {x: v for x, v in rec.items() if x != "real"}
+        zt, zbits = cols(figures(zeros))
+        c.probe = {"t_eager": rec.get("t_eager"), "t": zt, "bit_equal": zbits,
+                   "mode": pick(requested, zeros, calls, set(rec["modes"]))[0]}
+        c.shapes = rec["real"].get("shapes", [])
+    return c
+
+
 def prepare(seen: dict[Kernel, list[Any]], requested: str, jobs: float, runs: int, device: str,
-            build: bool = False) -> list[Choice]:
+            build: bool = False, real: Samples | None = None) -> list[Choice]:
     """Choose, build or load and install each recorded kernel's mode (``runs``: the recorded jobs).
 
-    ``build``: measure every mode not measured yet (``rt-runtime compile``), whatever is asked."""
+    ``build``: measure every mode not measured yet (``rt-runtime compile``), whatever is asked. ``real``:
+    arguments recorded from a bag (``exec/sample.py``): each kernel with some is also measured on them,
+    eager and in every mode built (loaded where needed), and ``auto`` then chooses by those numbers."""
     if requested not in REQUESTS:
         raise ValueError(f"compile: expected one of {', '.join(REQUESTS)}, found {requested!r}")
     out = []
@@ -231,7 +340,8 @@ def prepare(seen: dict[Kernel, list[Any]], requested: str, jobs: float, runs: in
             todo = [m for m in ("jit", "aot") if (build or m == requested) and "error" not in rec["modes"].get(m, {})]
             impls: dict[str, Callable[..., Any]] = {}
             dirty = False
-            if rec.get("t_eager") is None and todo:
+            recorded = real.args.get(k.name) if real is not None else None
+            if rec.get("t_eager") is None and (todo or recorded):   # the zeros' too: --explain shows the gap
                 rec["t_eager"], dirty = per_call(k.py, args), True
             for m in todo:
                 r = rec["modes"].get(m)
@@ -251,6 +361,8 @@ def prepare(seen: dict[Kernel, list[Any]], requested: str, jobs: float, runs: in
                 else:
                     r["load_s"] = took
                 dirty = True
+            if recorded:
+                dirty = _measure_recorded(k, rec, impls, args, key, real) or dirty
             if requested == "auto":   # load what it chooses among the measured modes
                 mode, _, _ = pick(requested, rec, calls, set(rec["modes"]))
                 if mode != "eager" and mode not in impls:
@@ -264,22 +376,17 @@ def prepare(seen: dict[Kernel, list[Any]], requested: str, jobs: float, runs: in
             if mode != "eager" and mode not in impls:
                 mode, why = "eager", f"{mode} not loaded"
             k.use(mode, impls.get(mode, k.py))
-            modes = rec["modes"]
-            out.append(Choice(k.name, requested, k.mode, calls, rec.get("t_eager"),
-                              {m: r["t"] for m, r in modes.items() if "t" in r},
-                              {m: r.get("load_s", r["build_s"]) for m, r in modes.items()},
-                              {m: bool(r.get("bit_equal")) for m, r in modes.items() if "t" in r}, nets,
-                              why if k.mode == mode else "RT_RUNTIME_EAGER_KERNELS"))
+            out.append(_choice(k, requested, rec, calls, nets, why if k.mode == mode else "RT_RUNTIME_EAGER_KERNELS"))
         if any(c.mode == "jit" for c in out):
             torch.compiler.set_stance("eager_on_recompile")   # from here on nothing compiles in a job
     return out
 
 
 def compile_graph(executor: Any, inputs: dict[str, Any], requested: str, jobs: float = DEFAULT_JOBS,
-                  runs: int = 2, build: bool = False) -> list[Choice]:
+                  runs: int = 2, build: bool = False, real: Samples | None = None) -> list[Choice]:
     """Run ``runs`` jobs of ``executor`` on ``inputs`` recording its kernels, then ``prepare`` them."""
     with recording() as seen:
         for _ in range(runs):
             executor.run(inputs)
     executor.device.synchronize()
-    return prepare(seen, requested, jobs, runs, executor.device.name, build)
+    return prepare(seen, requested, jobs, runs, executor.device.name, build, real)

@@ -14,6 +14,7 @@ from ..device.base import tensor_device
 from .cache import note
 from .compile import DEFAULT_JOBS, compile_graph, default_request
 from .executor import GraphExecutor
+from .sample import active as sampling_active, warming
 
 
 def spec_zeros(spec: TensorSpec, device: str = "cpu", symbolic: int = 256) -> Any:
@@ -37,11 +38,18 @@ def warm_up(executor: GraphExecutor, runs: int | None = None, compile: str | Non
     """Run ``runs`` (default: the executor's ``warmup``) jobs on synthetic inputs, give the kernels they
     called the mode ``compile`` asks (one of ``REQUESTS``; default ``default_request()``) for
     ``expected_jobs`` jobs, then let it capture its CUDA graph (``prepare``, on the chosen kernels); a
-    failure is reported on stderr, not raised."""
+    failure is reported on stderr, not raised. Within ``exec.sample.sampling`` every kernel stays eager
+    (what is recorded is what the Python body gets) and the warm-up's calls are not recorded."""
     inputs = synthetic_inputs(executor.graph, tensor_device(executor.device.name))
     n = runs if runs is not None else getattr(executor, "warmup", 2)
+    with warming():
+        return _warm_up(executor, inputs, n, compile, expected_jobs)
+
+
+def _warm_up(executor: GraphExecutor, inputs: dict[str, Any], n: int, compile: str | None,
+             expected_jobs: float) -> bool:
     try:
-        request = compile or default_request()
+        request = "eager" if sampling_active() else compile or default_request()
         if request == "eager":
             for _ in range(n):
                 executor.run(inputs)
