@@ -3,7 +3,7 @@
     python bench/bench_kernel_overhead.py [--calls 8] [--rounds 3] [--threads _predict,_clearance,ground]
 
 Replays the built-in bag once (eager, serial driver), keeping copies of each kernel's first ``--calls``
-argument lists (real inputs, not the warm-up's zeros); then, per kernel, one torch thread, thread CPU
+argument lists after the warm-up (real inputs, not the warm-up's zeros: ``rt_runtime/exec/sample.py``); then, per kernel, one torch thread, thread CPU
 time per call (median of ``--rounds`` interleaved rounds of 5 batches): its Python body in grad mode
 (what an executor ran before 8386d7c), in inference mode (what it runs now), and the same body
 scripted by TorchScript in grad mode (the kernels before 81ff194; an anchor, never used by the
@@ -42,24 +42,18 @@ def _copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def record(keep: int) -> tuple[dict[Any, list[tuple[Any, ...]]], dict[Any, int]]:
-    """One replay of the built-in bag: each kernel's first ``keep`` argument lists (copies) and its calls."""
+    """One replay of the built-in bag: each kernel's first ``keep`` argument lists after the warm-up (copies)
+    and its calls, by ``rt_runtime.exec.sample.sampling`` (what ``rt-runtime compile --bag`` measures on)."""
     from rt_runtime.config.stack import load_stack
+    from rt_runtime.exec.sample import sampling
     from rt_runtime.replay import replay
     from rt_runtime.replay.defaults import default_bag, default_config
 
-    seen: dict[Any, list[tuple[Any, ...]]] = {}
-    calls: dict[Any, int] = {}
-
-    def call(self: Any, *args: Any) -> Any:
-        calls[self] = calls.get(self, 0) + 1
-        if calls[self] <= keep:
-            seen.setdefault(self, []).append(_copy(args))
-        return self.impl(*args)
-
-    _kernel.Kernel.__call__ = call   # this process only: the bench replays once, then times
-    r = replay(default_bag(), load_stack(default_config()))
-    print(f"replayed the built-in bag: digest {r.output_digest[:12]}, {sum(calls.values())} kernel calls")
-    return seen, calls
+    with sampling(keep, "the built-in bag") as s:
+        r = replay(default_bag(), load_stack(default_config()))
+    by_name = {k.name: k for k in list(_kernel._ALL)}
+    print(f"replayed the built-in bag: digest {r.output_digest[:12]}, {sum(s.calls.values())} kernel calls")
+    return {by_name[n]: v for n, v in s.args.items()}, {by_name[n]: c for n, c in s.calls.items()}
 
 
 def per_call(fn: Callable[..., Any], argsets: list[tuple[Any, ...]], mode: Callable[[], Any]) -> float:
