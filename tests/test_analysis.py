@@ -405,14 +405,18 @@ def test_let_bounds_hold_in_a_let_simulation(params):
     # read at that instant. Walk every forward chain (reaction) and backward chain (data age).
     tasks = [T(f"t{k}", p, 1, max(1, p * d // 100), offset_ns=o % p) for k, (p, d, o) in enumerate(params)]
     H = math.lcm(*(t.period_ns for t in tasks))
-    end = 8 * H + 100
+    # One walk, either way, spans at most every task's period plus deadline; the schedule repeats every H, so
+    # one hyperperiod of starting points covers every phase (a walk from 4 H back could pass 0 where the
+    # chain is longer than the hyperperiod: H = 6, four tasks of period 6).
+    span = sum(t.period_ns + t.deadline for t in tasks)
+    end = 2 * H + 2 * span + 100
     rel = [periodic(t.period_ns, t.offset_ns, end) for t in tasks]
 
     def next_release(i, x):      # first release of task i at or after x
         return next(r for r in rel[i] if r >= x)
 
     reaction = 0
-    for r1 in rel[0][:len(rel[0]) // 2]:
+    for r1 in (r for r in rel[0] if r < H):
         x = r1 + 0.5                            # an event just after a read of the first task
         r = next_release(0, x)
         for i in range(1, len(tasks)):
@@ -421,9 +425,7 @@ def test_let_bounds_hold_in_a_let_simulation(params):
     assert reaction <= let_reaction_time(tasks)
 
     age = 0
-    for rn in rel[-1]:
-        if rn < 4 * H:
-            continue
+    for rn in (r for r in rel[-1] if span <= r < span + H):
         r = rn
         for i in range(len(tasks) - 2, -1, -1):   # latest publication of task i at or before r
             r = max(q for q in rel[i] if q + tasks[i].deadline <= r)

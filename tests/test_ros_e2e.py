@@ -252,9 +252,13 @@ def test_injected_overload_makes_the_watchdog_publish_the_degraded_trajectory(sh
         plan = latest(probe, "rt_runtime: task planning")
         # Degraded by the squeezed chain's misses, or first by the safety monitor (minimal-risk, state 2) when
         # the hogs delay the sensors past their latency bound before the chain misses (CI, 2 cores): both
-        # hold the planner in the same fallback, which is what this test is about.
+        # hold the planner in the same fallback, which is what this test is about. The monitor may since have
+        # stepped down to degraded (state 1) while the planner holds on (recover_after=1000): it was in
+        # minimal-risk at least once (a CI run: missed 0, safety_state 1).
         assert plan["level"] == 2 and int(plan["degraded"]) == 1, plan
-        assert int(plan["missed"]) >= 1 or plan.get("safety_state") == "2", plan
+        safety = latest(probe, "rt_runtime: safety")
+        assert int(plan["missed"]) >= 1 or plan.get("safety_state") == "2" or \
+            int(safety.get("entries minimal_risk", 0)) >= 1, (plan, safety)
         assert plan["mode"] == "fallback" and latest(probe, "rt_runtime: watchdog")["degraded_tasks"] == "planning"
         # Held in its fallback, no release of the planner was dropped, skipped, aborted or left without input.
         lost = ("dropped_releases", "skipped", "aborted", "no_input")
