@@ -145,6 +145,27 @@ def test_a_full_queue_drops_and_counts_instead_of_waiting() -> None:
     live.server.stop()
 
 
+def test_nothing_is_logged_before_a_stack_is_attached_so_the_file_starts_on_the_runs_time(tmp_path) -> None:
+    """The view starts before the stack is built (seconds, in a replay): its /rt/live counts logged then had
+    log time 0, and the MCAP's timeline began in 1970. Fails if the drain logs before ``attach``."""
+    import time
+
+    from mcap.reader import make_reader
+    from rt_runtime.live.foxglove import PERIOD_S, FoxgloveLive
+
+    path = tmp_path / "live.mcap"
+    live = FoxgloveLive("127.0.0.1", 0, serve=False, mcap=path)
+    time.sleep(3 * PERIOD_S)   # drains with nothing attached
+    start = 1_700_000_000_000_000_000
+    live.attach(["T"], lambda t: start + t)
+    live.emit(K.RELEASE, 1_000_000, "T", 0)
+    time.sleep(2 * PERIOD_S)
+    live.close()
+    with open(path, "rb") as f:
+        stats = make_reader(f).get_summary().statistics
+    assert stats.message_count > 0 and stats.message_start_time >= start
+
+
 def test_a_tasks_window_keeps_its_last_jobs_sorted_as_they_come_and_go() -> None:
     import random
     from collections import deque

@@ -230,7 +230,7 @@ class FoxgloveLive:
                 # No event for a drain: paused, or the stack is silent. What ended is sent now rather than when
                 # the runtime's time moves on (the interval's rest, if any, follows in another message).
                 self._flush(self.last_t)
-            if live.has_sinks():
+            if self.runs and live.has_sinks():   # not before a stack is attached: its log time would be 0
                 live.log(self.counts(), log_time=self.stamp(self.last_t))
         self.cpu_s = time.thread_time()
 
