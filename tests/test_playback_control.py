@@ -299,6 +299,15 @@ def test_a_seek_ends_a_replay_feed_with_the_instant_sought_and_a_run_started_the
     ctl.command(C.Command("step"))
     again.before(20 * MS, 0)
     assert ctl.state.anchor_bag_ns == 320 * MS and ctl.state.steps == 0
+    # A seek made while a run is being built (the run knows the count it was started for): its start keeps the
+    # target, its first message raises it.
+    ctl.command(C.Command("seek", 100 * MS))
+    late = Paced(ctl, WallClock(rate=0.01), lambda t: None, None, origin_ns=300 * MS, seeks=e.value.seeks)
+    late.start()
+    assert ctl.state.anchor_bag_ns == 100 * MS
+    with pytest.raises(Seek) as e2:
+        late.before(0, 0)
+    assert e2.value.target_ns == 100 * MS and e2.value.seeks == e.value.seeks + 1
 
 
 def test_a_signal_ends_a_paused_replay_feed() -> None:

@@ -94,6 +94,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     computing = max(1, wanted_threads(parallel))
     skip = 0 if start_s is None else int(start_s * 1e9)
     seeks: list[float] = []
+    seen: int | None = None   # the control's jumps acted on (a seek made while the stack is rebuilt is one more)
     optimistic = True   # a lost bet (sched.optimistic): once more, each result settled first
     while True:
         bag = _checked_bag(bag_path, cfg, wanted)
@@ -107,7 +108,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         in_process = reader_kind(reader, bag_bytes(bag, duration_ns), computing) == "process"
         feed = ProcessFeed(bag_path, wanted, duration_ns, skip_ns=skip) if in_process else None
         run = ReplayRun(bag_path, cfg, bag, wanted, feed, duration_ns, quality=quality, progress=progress,
-                        stop=stop if cut is None else None, control=control, skip_ns=skip)
+                        stop=stop if cut is None else None, control=control, skip_ns=skip, seeks=seen)
         if cut is not None:   # the same cut, marked as the first run would have marked it
             run.interrupted, run.bag_ns = cut.interrupted, cut.bag_ns
         try:
@@ -131,7 +132,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
             continue
         except Seek as e:
             run.abort()   # a fresh start at the instant sought: ``out`` and the report are that run's
-            skip = min(e.target_ns, max(0, end_ns - 1))
+            skip, seen = min(e.target_ns, max(0, end_ns - 1)), e.seeks
             seeks.append(skip / 1e9)
             print(f"rt-runtime replay: seek to {skip / 1e9:.3f} s: the stack starts there afresh (channels at their "
                   "initial values, every task released anew; docs/ROS.md)", file=sys.stderr)

@@ -22,11 +22,12 @@ POLL_S = 0.1   # how often a paused driver looks at its stop flag (a signal)
 
 
 class Seek(Exception):
-    """The playback core jumped: the replay restarts at ``target_ns`` (from the bag's start)."""
+    """The playback core jumped: the replay restarts at ``target_ns`` (from the bag's start); ``seeks``: the
+    core's count of jumps then (the next run acts on any later one, made while it was being built)."""
 
-    def __init__(self, target_ns: int) -> None:
+    def __init__(self, target_ns: int, seeks: int) -> None:
         super().__init__(f"seek to {target_ns / 1e9:.3f} s")
-        self.target_ns = target_ns
+        self.target_ns, self.seeks = target_ns, seeks
 
 
 def replay_controller(duration_ns: int, speed: float, period_ns: int, paused: bool = False) -> Controller:
@@ -38,17 +39,18 @@ class Paced:
     """Gates one replay's feed: ``advance(t)`` runs its runtime to logical ``t``; ``stop()`` names a signal."""
 
     def __init__(self, ctl: Controller, clock: WallClock, advance: Callable[[int], None],
-                 stop: Callable[[], str | None] | None, origin_ns: int = 0) -> None:
+                 stop: Callable[[], str | None] | None, origin_ns: int = 0, seeks: int | None = None) -> None:
         self.ctl, self.clock, self.advance, self.stop = ctl, clock, advance, stop
         self.origin = origin_ns   # the core's time of logical 0
-        self.seeks = ctl.state.seeks   # a jump after this one: ``Seek``
+        self.seeks = ctl.state.seeks if seeks is None else seeks   # a jump after this count: ``Seek``
         self.seen = -1          # the state version acted on (-1: none yet, the first message looks)
         self.blocked: int | None = None   # logical time where the runtime stands, while it does
         self.ran = 0            # how far ``before`` itself ran the runtime (a period step)
 
     def start(self) -> None:
         """The feed starts now at logical 0: the core's bag time with it."""
-        self.ctl.update(lambda pb, now: C.arrive(pb, now, self.origin))
+        # Not over a jump made while this run was built: the first ``before`` raises it, with its target.
+        self.ctl.update(lambda pb, now: pb if pb.seeks != self.seeks else C.arrive(pb, now, self.origin))
 
     def _go(self, rate: float) -> None:
         """The runtime moves again: the clock on from where it stood (or from now, at a new rate); playing, the
@@ -71,7 +73,7 @@ class Paced:
             pb = ctl.state
             self.seen = pb.version
             if pb.seeks != self.seeks:
-                raise Seek(pb.anchor_bag_ns)
+                raise Seek(pb.anchor_bag_ns, pb.seeks)
             if not pb.paused or t_next + o <= pb.anchor_bag_ns:   # playing, or within a step
                 self._go(pb.rate)
                 return

@@ -65,7 +65,7 @@ class ReplayRun:
     def __init__(self, bag_path: str | Path, cfg: StackConfig, bag: BagReader, wanted: dict[str, IngressRoute],
                  feed: ProcessFeed | None, duration_ns: int, *, quality: Callable[..., dict[str, Any]] | None,
                  progress: bool, stop: Callable[[], str | None] | None, control: Controller | None = None,
-                 skip_ns: int = 0) -> None:
+                 skip_ns: int = 0, seeks: int | None = None) -> None:
         self.bag_path, self.cfg, self.bag, self.wanted = bag_path, cfg, bag, wanted
         self.skip_ns = skip_ns   # logical 0 is this far into the bag (a fresh start there: --start, a seek)
         self.origin_ns = bag.start_ns + skip_ns   # ... at this bag time
@@ -74,6 +74,7 @@ class ReplayRun:
         self.duration_ns = duration_ns   # what ran: cut to the message before a stop
         self.quality, self.progress, self.stop = quality, progress, stop
         self.control = control   # pause, step and rate on the wall clock (replay.paced); the virtual clock ignores it
+        self.seeks = seeks   # the control's jumps this run starts from (a seek's); None: as many as it has now
         self.parts: list[TraceColumns] = []
         self.ego: list[tuple[int, Any]] = []  # odometry as pushed, for the quality measures
         self.bad: dict[str, dict[str, int]] = {}
@@ -149,7 +150,7 @@ class ReplayRun:
         if not self.virtual:
             self.clock.reset_epoch()
         paced = None if self.virtual or self.control is None else \
-            Paced(self.control, self.clock, self._advance, self.stop, self.skip_ns)  # type: ignore[arg-type]
+            Paced(self.control, self.clock, self._advance, self.stop, self.skip_ns, self.seeks)  # type: ignore[arg-type]
         if paced is not None:
             paced.start()
         self.stack.push_initial()
