@@ -51,6 +51,8 @@ def test_explain_shows_each_modes_numbers_and_a_refusal() -> None:
     (["--task", "nope"], "--task: no task 'nope' in"),
     (["--build", "fast"], "expected a comma-separated list of jit, aot; found 'fast'"),
     (["--mode", "fastest"], "invalid choice: 'fastest'"),
+    (["--bag", "b", "--no-bag"], "not allowed with argument --bag"),
+    (["--samples", "0"], "--samples: expected a positive count, found 0"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, words, capsys):
     try:
@@ -78,7 +80,7 @@ def test_compile_measures_each_kernel_on_the_bags_arguments_and_explain_says_so(
     assert all(0 < n < 256 for n in rows), rows
     # both sets of figures measured, the bag's chosen by: on the zeros every point sits at the origin
     assert cluster["t_eager"] > 0 and cluster["probe"]["t_eager"] > 0 and cluster["probe"]["mode"] == "eager"
-    assert cluster["probe"]["t_eager"] > 3 * cluster["t_eager"]
+    assert cluster["probe"]["t_eager"] > 2 * cluster["t_eager"]   # 5x here
     line = render([cluster], explain=True).splitlines()[1]
     assert f"on {doc['inputs']}: eager" in line and "on the warm-up's zeros (not used): eager" in line
     rec = json.loads(next(p for p in tmp_path.glob("*.json") if "_cluster" in p.read_text()).read_text())

@@ -42,9 +42,10 @@ def add_parser(subparsers: argparse._SubParsersAction, name: str, help_text: str
         "AOTInductor). auto takes the largest net benefit = (t_eager - t_compiled) x expected calls - cost, "
         "among the modes whose output was bit-identical to eager's. --build measures and caches modes ahead.")
     p.add_argument("--config", help="stack configuration (default: config/stack.yaml)")
-    p.add_argument("--bag", help="measure each kernel on the arguments it gets in this bag's first seconds "
-                   "(default: the built-in bag)")
-    p.add_argument("--no-bag", action="store_true", help="measure on the warm-up's zeros only (no replay)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--bag", help="measure each kernel on the arguments it gets in this bag's first seconds "
+                     "(default: the built-in bag)")
+    src.add_argument("--no-bag", action="store_true", help="measure on the warm-up's zeros only (no replay)")
     p.add_argument("--bag-seconds", type=A.seconds, default=3.0, help="how much of the bag to replay (default 3)")
     p.add_argument("--samples", type=int, default=8, help="calls recorded per kernel (default 8)")
     p.add_argument("--mode", choices=REQUESTS, default="auto", help="what every task asks (default auto)")
