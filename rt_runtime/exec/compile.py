@@ -10,8 +10,8 @@ shapes and scalars of the warm-up's call, then AOTInductor (``aoti_compile_and_p
     net = (t_eager - t_compiled) x expected calls - cost
 
 (cost: the build's time where nothing is cached yet, else the load's), among the modes whose output was
-bit-identical to the eager body's on the warm-up's arguments (so ``auto`` keeps the eager digest as far
-as that probe shows); ``eager`` otherwise. ``auto`` builds nothing itself: it reads what ``rt-runtime
+bit-identical to the eager body's on the arguments they were measured on (a bag's where recorded, else the
+warm-up's: so ``auto`` keeps the eager digest as far as those show); ``eager`` otherwise. ``auto`` builds nothing itself: it reads what ``rt-runtime
 compile`` measured (``exec/cache.py``); with nothing measured a kernel stays eager. Asking ``jit`` or
 ``aot`` builds what is missing at set-up, with one line saying how long it took. A kernel that cannot
 be built in a mode (Dynamo or export refuses it) runs eager, with one line saying why.
@@ -97,8 +97,7 @@ def pick(requested: str, rec: dict[str, Any], calls: float, built: set[str]) -> 
     """The mode for one kernel from its record (``figures``): (mode, net benefit per measured mode, why). Pure."""
     view = figures(rec)
     modes, nets = view.get("modes", {}), {}
-    rec = view
-    t_e = rec.get("t_eager")
+    t_e = view.get("t_eager")
     for m, r in modes.items():
         if t_e is not None and r.get("t") is not None:
             cost = r.get("load_s", r["build_s"]) if m in built else r["build_s"]
