@@ -149,6 +149,10 @@ def test_an_unreadable_record_is_one_note_then_rebuilt_not_a_crash(monkeypatch, 
     assert len(err) == 1 and "abc.json: unreadable (JSONDecodeError" in err[0] and err[0].endswith("rebuilt")
     (tmp_path / "old.json").write_text(json.dumps({"version": -1, "modes": {}}))
     assert cache.load_record("old") is None and "not a record of this version" in capsys.readouterr().err
+    cache.save_record("bag", {"kernel": "k", "modes": {}, "real": ["a bag's figures, garbled"]})
+    assert cache.load_record("bag") is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its bag's figures are not a record's" in err[0] and err[0].endswith("rebuilt")
 
 
 def test_auto_and_eager_build_nothing_and_keep_the_python_body(monkeypatch, tmp_path) -> None:

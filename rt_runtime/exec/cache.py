@@ -5,7 +5,8 @@ Under ``$RT_RUNTIME_CACHE`` (default ``~/.cache/rt_runtime``): ``<key>.json`` (t
 the choice's inputs) and ``<key>.pt2`` (the ``aot`` package); Inductor's own cache for ``jit`` under
 ``inductor/``. The key hashes the kernel's name and the source of the file that defines it (its
 helpers live there too), every argument's kind, dtype, shape and strides (a scalar by value: the
-compiled code bakes it in), the torch version and the device. A record that cannot be read is
+compiled code bakes it in), the torch version and the device; a record may also hold the figures measured
+on a bag's arguments (``real``, marked with the bag: ``exec/sample.py``). A record that cannot be read is
 reported in one line and rebuilt, never a crash.
 """
 from __future__ import annotations
@@ -87,6 +88,9 @@ def load_record(key_: str) -> dict[str, Any] | None:
         rec = json.loads(path.read_text())
         if not isinstance(rec, dict) or rec.get("version") != VERSION or not isinstance(rec.get("modes"), dict):
             raise ValueError("not a record of this version")
+        real = rec.get("real")   # the figures measured on a bag's arguments (exec/sample.py), where any
+        if real is not None and not (isinstance(real, dict) and isinstance(real.get("modes"), dict)):
+            raise ValueError("its bag's figures are not a record's")
         return rec
     except (OSError, ValueError) as e:
         note(f"{path}: unreadable ({type(e).__name__}: {str(e)[:80]}): rebuilt")
