@@ -23,7 +23,6 @@ groups never at once (a group is held from pick to return, besides rclpy's own c
 """
 from __future__ import annotations
 
-import gc
 import inspect
 import threading
 import time
@@ -262,10 +261,6 @@ class DeadlineExecutor(Executor):
         self._raise_worker_error()
         if self._t_spin is None:
             self._t_spin = time.monotonic_ns()
-            # What set-up made (rclpy, the nodes, torch) out of the collector's reach, as a wall-clock Runtime
-            # does (sched.runtime.freeze_heap): a full collection traversing it stalls this thread for tens of
-            # ms at a time no deadline knows of; frozen, one in steady state sees only what the spin made.
-            gc.freeze()
         if self.workers > 1:
             self._start_workers()
             self._gather(timeout_sec, condition)
