@@ -147,19 +147,7 @@ def bit_equal(k: Kernel, impl: Callable[..., Any], args: tuple[Any, ...]) -> boo
 
 def per_call(fn: Callable[..., Any], args: tuple[Any, ...], budget_s: float = 0.2) -> float:
     """Median seconds of one call of ``fn`` on copies of ``args`` (a few batches within ``budget_s``)."""
-    a = _clone(args)
-    with torch.inference_mode():   # as an executor runs it (exec/executor.py)
-        t0 = time.perf_counter()
-        fn(*a)
-        once = max(time.perf_counter() - t0, 1e-7)
-        n = max(1, min(200, int(budget_s / 5 / once)))
-        batches = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn(*a)
-            batches.append((time.perf_counter() - t0) / n)
-    return statistics.median(batches)
+    return per_call_over(fn, [args], budget_s)
 
 
 def per_call_over(fn: Callable[..., Any], argsets: list[tuple[Any, ...]], budget_s: float = 0.2) -> float:
