@@ -93,7 +93,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     cut: ReplayRun | None = None   # a first run that a signal had ended: the rerun ends where it did
     computing = max(1, wanted_threads(parallel))
     skip = 0 if start_s is None else int(start_s * 1e9)
-    seeks: list[float] = []
+    sought: list[float] = []   # the instants each seek restarted at, s
     seen: int | None = None   # the control's jumps acted on (a seek made while the stack is rebuilt is one more)
     optimistic = True   # a lost bet (sched.optimistic): once more, each result settled first
     while True:
@@ -133,7 +133,7 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
         except Seek as e:
             run.abort()   # a fresh start at the instant sought: ``out`` and the report are that run's
             skip, seen = min(e.target_ns, max(0, end_ns - 1)), e.seeks
-            seeks.append(skip / 1e9)
+            sought.append(skip / 1e9)
             print(f"rt-runtime replay: seek to {skip / 1e9:.3f} s: the stack starts there afresh (channels at their "
                   "initial values, every task released anew; docs/ROS.md)", file=sys.stderr)
             continue
@@ -146,8 +146,8 @@ def replay(bag_path: str | Path, cfg: StackConfig, *, out: str | Path | None = N
     result = run.result(trace)
     if lost is not None:
         result.extra["lost_bet"] = lost
-    if seeks:
-        result.extra["seeks"] = seeks
+    if sought:
+        result.extra["seeks"] = sought
     return result
 
 
