@@ -18,11 +18,16 @@ from yaml.resolver import Resolver
 from ..core.units import clip
 
 
+# Every character ``str.splitlines`` ends a line at (a value can hold any: "\x1e" from a generated config),
+# written as its escape in a message.
+_LINE_BREAKS = {c: repr(chr(c))[1:-1] for c in (0x0A, 0x0B, 0x0C, 0x0D, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)}
+
+
 class ConfigError(ValueError):
     """An invalid configuration; the message starts with the file it came from."""
 
     def __init__(self, source: str, message: str, *, task: str | None = None, field: str | None = None) -> None:
-        message = message.replace("\r", "\\r").replace("\n", "\\n")   # one readable line, whatever the file holds
+        message = message.translate(_LINE_BREAKS)   # one readable line, whatever the file holds
         if len(message) > MAX_MESSAGE:
             message = message[: MAX_MESSAGE - 1] + "…"
         super().__init__(f"{source}: {message}")
