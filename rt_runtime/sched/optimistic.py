@@ -1,32 +1,6 @@
 """Optimistic parallel commit: publish a job's result before it is computed, betting it computes cleanly.
 
-Parallel commit (``parallel.py``) settles each job at its LET publish: the driver waits there for the
-computation, because an op that raises ends the job unpublished, and then its readers read the
-message before. On the built-in scenario that wait was half the driver's wall time at ``--parallel 2``,
-and what the driver waits for bounds how far ahead the threads can compute.
-
-Here the driver bets instead. At a job's deadline it commits the job's reserved slots as if computed
-(each slot's ``pending`` is the computation that fills it) and moves on:
-
-* a job that snapshots such a slot (``RunJob.reads``) computes after its producer and reads the slot
-  then (``Computation.reads``), so it reads what the serial driver's job reads;
-* egress of the slot (and every egress after it, to keep publish order) waits in ``egress`` until its
-  computation is settled; the replay writes its outputs only below the oldest waiting one
-  (``egress_floor``), and settles every bet (``settle_all``) at the end of the run;
-* each bet is checked when its computation is settled: in publish order, as soon as it is done
-  (at the next deadline), or at once when a channel needs a slot it holds (``make_room``), so no channel grows
-  beyond the slots the serial schedule needs.
-
-A bet is lost when the computation did not end as the bet assumed: an op raised (the serial driver
-would not have published), or an output did not fit its slot (the driver would have filled it from a
-copy at the publish). Then ``Mispredicted`` is raised: the run's state is past repair, and its
-caller runs it again without betting (``replay`` does: same outputs, slower, and a note says why).
-
-A time-redundant job is bet on too: its ``COMPARE`` verdict is traced at the bet as its copies
-agreeing (what the safety monitor sees then), and a bet whose copies did not agree is lost. Never bet
-on, so settled at the publish as before: a job published at its finish (missed, dropped), a slot not
-yet allocated, a channel without a spec or with device egress; and nothing at all with one thread or
-where some task is computed in the driver (``deferred`` false: it would read a slot not yet filled).
+When a bet is placed, held, checked and lost, and what is never bet on: docs/CYCLE.md, "Publishing on a bet".
 """
 from __future__ import annotations
 

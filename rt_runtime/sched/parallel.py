@@ -1,52 +1,6 @@
 """Parallel commit: the virtual clock decides the schedule, N threads compute it, results are committed in logical order.
 
-Under budget timing (``sched.budget``) an op occupies its virtual processor for its budget, whatever
-it computes, so the logical schedule (releases, starts, preemptions, finishes, deadlines) is known
-without running an op. The inline driver (``inline.py``) then books a *deferred* job's ops on the
-virtual clock without running them; at the job's start it hands the job's computation — bind the
-inputs it snapshotted, run its graph, copy its outputs into the slots it reserved — to N threads
-(``ComputePool``: N pool threads, the driver computing only a result it waits for that no thread has
-taken; with N = 1 the driver alone). A result is waited for only where something reads it, at logical
-instants, in logical order (docs/CYCLE.md, "Parallel commit"):
-
-* the job's deadline, when it has finished in the logical schedule by then: its LET publish;
-* its finish, when something reads it there: ``publish: on_finish``, a late job (published late or
-  dropped);
-* the end of the run (``close``): nothing is published then, but the hardware timeline gets its steps.
-
-A chain member hands its outputs to the next one at its finish without waiting: the next member's
-computation runs after the producer's and reads its outputs, or, if the producer's computation
-failed, the channel's value pinned at the hand-over (what the serial driver reads there, but for
-the reader's drop count; none: the member fails as without input, ``no_input``).
-
-So what each job reads and when everything becomes visible are those of the serial driver, and the
-output stream is the same for every N. What a result can change is booked at that point: an op
-that raised ends the job there (``errors``, ``ABORT``, no publish), where the serial driver ends it
-at the op that raised; the logical schedule cannot depend on it before, or it would not be known
-ahead. The hardware timeline's ``MEASURED`` steps of a job are traced there too, in logical order.
-
-Safety rules, each the reason for one piece of bookkeeping:
-
-* one computation per task at a time, in release order: a task's executors own its arenas and
-  output views (a job's computation waits for its predecessor's);
-* a computation holds a reference on each slot it reads or fills (``Slot.refs``), dropped when the
-  driver settles it: a slot is never refilled while a pending computation still reads it, whatever
-  the scheduler did meanwhile (finish, abort, cancel);
-* a worker thread fills a reserved slot only where the channel's slots are sized by a spec (no
-  reallocation can race it); else it keeps a copy and the driver fills at the settle point;
-* metadata rows (``x.meta``) are copied at the start: their pool is reused round-robin.
-
-A time-redundant job (``safety.redundancy.RedundantExecutor``) takes more steps when its copies
-disagree or its invariants fail, which the schedule cannot know ahead: under parallel commit it books
-its *nominal* steps (its copies and its check, as when all is well) and computes whatever its results
-ask for (a re-run, a vote, the fallback) within that logical time; the hardware timeline shows what
-that cost. Its ``COMPARE`` events are traced at the settle point. Other custom executors stay
-*synchronous* (computed op by op in the driver, as the serial driver does), and so does everything
-when a task speculates (its basis reads outputs computed but not yet published): then every job is
-computed in the driver thread at its start (``eager``).
-
-``optimistic.py`` goes one step further: the driver publishes a job whose computation is not done on
-a bet that it computes cleanly, and checks the bet when it settles it.
+What is booked, settled and pinned when, and why the outputs are the same for every N: docs/CYCLE.md, "Parallel commit".
 """
 from __future__ import annotations
 
