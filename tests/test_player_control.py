@@ -338,14 +338,19 @@ def test_a_wall_clock_replay_pauses_steps_seeks_and_rerates_over_the_same_servic
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "rt_runtime.cli", "replay", str(short_bag), "--speed", "2",
-                                 "--until", "2.5", "--services", "--paused", "--json"], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+                                 "--until", "2.5", "--services", "--clock", "--paused", "--json"], cwd=ROOT,
+                                env=env, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    start = open_bag(short_bag).start_ns
     try:
-        with Probe({}, domain_id=domain) as probe:
+        with Probe({"/clock": TOPICS["/clock"]}, domain_id=domain) as probe:
             calls = Calls(probe, "/rt_runtime_replay")
             assert calls.trigger("is_paused").success   # --paused
             probe.spin_for(3.0)            # at 2x the 2.5 s would be over in 1.25 s once fed: paused, it is not
             assert proc.poll() is None, log.read_text()
+            # /clock holds where the paused runtime stands: its first message fed, a few ms of logical time at most
+            held = clocks(probe)[-20:]
+            assert len(set(held)) == 1 and start <= held[0] < start + S // 10, (held, log.read_text())
             for _ in range(3):
                 res = calls.trigger("play_next")
                 assert res.success, res.message
@@ -353,9 +358,15 @@ def test_a_wall_clock_replay_pauses_steps_seeks_and_rerates_over_the_same_servic
             assert not res.successful and res.reason.startswith("seek: expected a time") and "\n" not in res.reason
             assert calls.set("seek", 1.0).successful   # the replay starts afresh at 1 s, paused still
             assert calls.trigger("is_paused").success
+            probe.spin_for(1.5)   # the clock jumped to the instant sought and holds there (the stack built anew)
+            held = clocks(probe)[-20:]
+            assert len(set(held)) == 1 and start + S <= held[0] < start + S + S // 10, held
             assert calls.set("rate", 4.0).successful and calls.get("rate") == 4.0
             assert calls.trigger("resume").success and not calls.trigger("is_paused").success
+            assert probe.spin_until(lambda: clocks(probe)[-1] > held[0], 30)   # and runs on from there
             out, _ = proc.communicate(timeout=120)
+            ran = [t for t in clocks(probe) if t > start + S]
+            assert ran == sorted(ran) and ran[-1] <= start + 5 * S // 2   # forward, never past --until
     finally:
         finish(proc)
     assert proc.returncode == 0, log.read_text()

@@ -51,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str, help_text: str) -> ar
     p.add_argument("--services", action="store_true",
                    help="with --speed X: pause, resume, step, rate and seek over ROS 2 services and parameters on node "
                         "rt_runtime_replay, named as play's (docs/ROS.md, Controlling playback; the ros extra)")
+    p.add_argument("--clock", action="store_true", help="with --speed X: publish /clock with the bag time the "
+                   "replay stands at, as play --clock does (held while paused; node rt_runtime_replay; the ros extra)")
+    p.add_argument("--clock-hz", type=A.float_range(0.0, 10_000.0, low_open=True, what="a rate above 0 up to 10000 Hz"),
+                   default=100.0, help="/clock ticks per wall second (with --clock; default 100)")
     p.add_argument("--paused", action="store_true",
                    help="with --speed X: start paused (resume from the keys, --foxglove's playback bar or --services)")
     p.add_argument("--json", action="store_true", help="print exactly one JSON document")
@@ -191,9 +195,10 @@ def _timing(timing: str | None, speed: str | float) -> str:
     return timing or "budget"
 
 
-def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tuple[Any, Any]:
+def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tuple[Any, Any, int]:
     """A wall-clock replay's playback core (logical time over the bag, or --until; one period: the shortest
-    task period) and, with --foxglove, its playback bar (stamped on the bag's time, as the live view is)."""
+    task period), with --foxglove its playback bar (stamped on the bag's time, as the live view is), and the
+    bag's start instant (what the core's 0 is on the bag's time line)."""
     from ..bag import open_bag
     from ..replay import control as C
     from ..replay.paced import replay_controller
@@ -217,28 +222,35 @@ def _playback(bag: Any, cfg: Any, speed: float, args: argparse.Namespace) -> tup
             fox = FoxglovePlayback(control, offset_ns=start_ns, who="rt-runtime replay")
         except LiveError as e:
             raise UsageError(str(e)) from None
-    return control, fox
+    return control, fox, start_ns
 
 
-def _services(control: Any) -> Any:
-    """``--services``: the player's services on a node of the replay's own (a one-line error without them)."""
+def _services(control: Any, args: argparse.Namespace, start_ns: int) -> Any:
+    """``--services`` and ``--clock``: the player's services and /clock on a node of the replay's own (a
+    one-line error without rclpy)."""
     from ..cli import UsageError
     from ..ros import rclpy_missing
 
+    flag = "--services" if args.services else "--clock"
     if control is None:
-        raise UsageError("--services: applies to the wall clock (--speed X); --speed max runs as fast as it can")
+        raise UsageError(f"{flag}: applies to the wall clock (--speed X); --speed max runs as fast as it can")
     missing = rclpy_missing()
     if missing:
-        raise UsageError(f"--services: {missing}")
+        raise UsageError(f"{flag}: {missing}")
     from ..ros.env import prepare_environment
 
     prepare_environment()   # before rclpy loads the RMW
     try:
         from ..ros.player_services import ControlNode
     except ImportError as e:
-        raise UsageError(f"--services: rclpy or std_srvs is installed but cannot be loaded ({e}); install the ros "
+        raise UsageError(f"{flag}: rclpy or std_srvs is installed but cannot be loaded ({e}); install the ros "
                          "extra") from None
-    node = ControlNode(control)
+    node = ControlNode(control, services=args.services, clock_hz=args.clock_hz if args.clock else None,
+                       offset_ns=start_ns)
+    if args.clock:
+        print(f"rt-runtime replay: /clock at {args.clock_hz:g} Hz on the bag's time", file=sys.stderr, flush=True)
+    if not args.services:
+        return node
     print("rt-runtime replay: pause, resume, step, rate and seek on /rt_runtime_replay (~/pause, ~/resume, "
           "~/toggle_paused, ~/is_paused, ~/play_next, ~/play_period; parameters rate, seek)", file=sys.stderr,
           flush=True)
@@ -317,12 +329,13 @@ def run(args: argparse.Namespace) -> int:
         if args.device:
             cfg = dataclasses.replace(cfg, device=args.device)
         # On the wall clock: pause, step and rate from the keys (a terminal) and Foxglove's playback bar.
-        control, fox = _playback(bag, cfg, speed, args) if speed != "max" else (None, None)
+        control, fox, start_ns = _playback(bag, cfg, speed, args) if speed != "max" else (None, None, 0)
         if getattr(args, "paused", False) and (control is None or not (fox is not None or args.services or
                                                                          _on_terminal())):
             raise UsageError("--paused: nothing could resume this replay: it needs --speed X and a terminal, "
                              "--foxglove or --services")
-        services = _services(control) if getattr(args, "services", False) else None
+        wants_node = getattr(args, "services", False) or getattr(args, "clock", False)
+        services = _services(control, args, start_ns) if wants_node else None
         try:
             live = live_view(args, cfg, "rt-runtime replay", fox.server_options() if fox is not None else None)
         except BaseException:

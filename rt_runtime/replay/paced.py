@@ -30,9 +30,13 @@ class Seek(Exception):
         self.target_ns, self.seeks = target_ns, seeks
 
 
+NOT_STARTED_NS = 1 << 62   # a wall instant never reached: ``position`` holds before it
+
+
 def replay_controller(duration_ns: int, speed: float, period_ns: int, paused: bool = False) -> Controller:
-    """The core of a replay of ``duration_ns`` at ``speed``: the bag's time [0, duration]."""
-    return Controller(C.begin(0, duration_ns, 0, rate=speed, paused=paused, period_ns=period_ns))
+    """The core of a replay of ``duration_ns`` at ``speed``: the bag's time [0, duration], held at 0 until the
+    feed's first message anchors it (the stack's set-up takes about a second: /clock and the playback bar wait)."""
+    return Controller(C.begin(0, duration_ns, NOT_STARTED_NS, rate=speed, paused=paused, period_ns=period_ns))
 
 
 class Paced:

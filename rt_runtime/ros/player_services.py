@@ -101,24 +101,39 @@ class PlayerServices:
 
 
 class ControlNode:
-    """A node of its own carrying ``PlayerServices`` (``replay --speed X --services``): its context, its
-    executor spinning on a thread; ``close`` takes it all down, the spinner first."""
+    """A node of its own for a wall-clock replay (``replay --speed X --services`` / ``--clock``): the player's
+    services, ``/clock`` at ``clock_hz`` on the bag's time line (held while paused, jumping at a seek), its
+    context and its executor spinning on a thread; ``close`` takes it all down, the spinner first."""
 
-    def __init__(self, ctl: Controller, name: str = "rt_runtime_replay") -> None:
+    def __init__(self, ctl: Controller, name: str = "rt_runtime_replay", *, services: bool = True,
+                 clock_hz: float | None = None, offset_ns: int = 0) -> None:
         import threading
 
         import rclpy
         from rclpy.executors import SingleThreadedExecutor
         from rclpy.signals import SignalHandlerOptions
 
+        from .msgtypes import output_qos, ros_class
+
         self.context = rclpy.Context()
         rclpy.init(args=[name], context=self.context, signal_handler_options=SignalHandlerOptions.NO)
         self.node = rclpy.create_node(name, context=self.context)
-        self.services = PlayerServices(self.node, ctl)
+        self.services = PlayerServices(self.node, ctl) if services else None
+        self.ctl, self.offset_ns, self.ticks = ctl, offset_ns, 0
+        if clock_hz is not None:
+            self._Clock, self._Time = ros_class("rosgraph_msgs/msg/Clock"), ros_class("builtin_interfaces/msg/Time")
+            self.clock_pub = self.node.create_publisher(self._Clock, "/clock", output_qos(1))
+            self.node.create_timer(1.0 / clock_hz, self._tick)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.spinner = threading.Thread(target=self.executor.spin, name="rt-replay-services", daemon=True)
         self.spinner.start()
+
+    def _tick(self) -> None:
+        """The bag time the replay stands at, as ``play --clock`` publishes it."""
+        sec, nanosec = divmod(self.offset_ns + C.position(self.ctl.state, self.ctl.clock()), 1_000_000_000)
+        self.clock_pub.publish(self._Clock(clock=self._Time(sec=sec, nanosec=nanosec)))
+        self.ticks += 1
 
     def close(self) -> None:
         """Stop spinning, then destroy the node and shut its context down."""
