@@ -85,6 +85,16 @@ def test_replay_mcap_holds_every_channel_with_its_schema_and_counts_that_match_t
     paths = got["/rt/out/planning/trajectory"]
     assert len(paths) == math.ceil(doc["outputs"]["/planning/trajectory"] / 2), len(paths)
     assert all(p.frame_id == "map" and len(p.poses) > 1 for p in paths)
+    # The ego frame the 3D panel follows: map -> ego at each trajectory's first pose, stamped as it is.
+    assert channels["/rt/out/tf"] == ("foxglove.FrameTransforms", "protobuf")
+    tfs = [m.transforms for m in got["/rt/out/tf"]]
+    assert len(tfs) == len(paths) and all(len(t) == 1 for t in tfs)
+    for [tf], p in zip(tfs, paths):
+        first = p.poses[0]
+        assert (tf.parent_frame_id, tf.child_frame_id, tf.timestamp.seconds, tf.timestamp.nanos) == \
+            ("map", "ego", p.timestamp.seconds, p.timestamp.nanos)
+        assert (tf.translation.x, tf.translation.y, tf.rotation.z, tf.rotation.w) == \
+            (first.position.x, first.position.y, first.orientation.z, first.orientation.w)
     scenes = got["/rt/out/perception/objects"]
     assert len(scenes) == math.ceil(doc["outputs"]["/perception/objects"] / 2)
     assert all(len(s.deletions) == 1 for s in scenes) and any(s.entities for s in scenes)
@@ -266,7 +276,7 @@ def test_the_layout_plots_only_channels_and_fields_the_live_view_serves() -> Non
     from rt_runtime.live import chains as C
     from rt_runtime.live import state as S
     from rt_runtime.live.channels import LiveSpec
-    from rt_runtime.live.outputs import topic_of
+    from rt_runtime.live.outputs import EGO_FRAME, TF_TOPIC, topic_of
 
     root = Path(__file__).resolve().parents[1]
     layout = json.loads((root / "config" / "foxglove_layout.json").read_text())
@@ -294,7 +304,9 @@ def test_the_layout_plots_only_channels_and_fields_the_live_view_serves() -> Non
         assert node.get("type") != "array" or path in {c.get("topicPath") for c in layout["configById"].values()}, \
             path   # a plot of an array (unsliced) shows nothing; a table shows its rows
     panels = layout["configById"]
-    assert set(panels["3D!scene"]["topics"]) == drawn   # the 3D panel draws the trajectory and the objects
+    # the 3D panel draws the trajectory and the objects, its camera on the ego frame the view serves
+    assert set(panels["3D!scene"]["topics"]) == drawn | {TF_TOPIC}
+    assert (panels["3D!scene"]["followTf"], panels["3D!scene"]["followMode"]) == (EGO_FRAME, "follow-position")
     assert {p.split("!")[0] for p in panels} >= {"Plot", "StateTransitions", "3D", "RawMessages", "Table"}
 
 

@@ -12,6 +12,7 @@ channel                              schema (encoding)                       one
                                                                              chain's last task: those outputs
 ``/rt/out/<egress topic>`` (path)    ``foxglove.PosesInFrame`` (pb)          trajectory, 1 / interval at most
 ``/rt/out/<egress topic>`` (markers) ``foxglove.SceneUpdate`` (pb)           objects, 1 / interval at most
+``/rt/out/tf`` (with a path route)   ``foxglove.FrameTransforms`` (pb)       trajectory drawn: frame -> ``ego``
 ``/rt/live``                         ``rt_runtime.Live`` (json)              drain (PERIOD_S of wall time), end
 ===================================  ======================================  ===================================
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .chains import CHAIN_SCHEMA
-from .outputs import DEFAULT_HZ, SCHEMAS, topic_of
+from .outputs import DEFAULT_HZ, SCHEMAS, TF_TOPIC, topic_of
 from .state import JOBS_SCHEMA, LIVE_SCHEMA, MODE_SCHEMA, SAFETY_SCHEMA, SPEC_SCHEMA
 
 
@@ -70,6 +71,8 @@ class Channels:
         schemas = {"path": messages.PosesInFrame.get_schema(), "markers": messages.SceneUpdate.get_schema()}
         self.outputs = {r.topic: foxglove.Channel(topic_of(r.topic), schema=schemas[r.codec],
                                                   message_encoding="protobuf", context=ctx) for r in spec.routes}
+        self.tf = (foxglove.Channel(TF_TOPIC, schema=messages.FrameTransforms.get_schema(), message_encoding="protobuf",
+                                    context=ctx) if any(r.codec == "path" for r in spec.routes) else None)
         self._fixed = {"safety": self.safety, "mode": self.modes, "spec": self.spec}
 
     def _json(self, topic: str, schema: dict[str, Any]) -> Any:

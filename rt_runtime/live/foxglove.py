@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from .channels import Channels, LiveSpec
 from .chains import KINDS as CHAIN_KINDS
 from .chains import ChainFold
-from .outputs import DEFAULT_HZ, BUILD, OutputTap
+from .outputs import DEFAULT_HZ, BUILD, OutputTap, ego
 from .state import KINDS, LiveState
 
 DEFAULT_PORT = 8765   # Foxglove's own default (foxglove_bridge, the SDK)
@@ -202,13 +202,16 @@ class FoxgloveLive:
                     self._send(msgs, t)
                 chains(*ev)
             self.next_ns, self.last_t = end, t
-        oq = self.outq
+        oq, tf, frame = self.outq, self.channels.tf, self.spec.frame
         while oq:
             topic, codec, t, group = oq.popleft()
-            ch = self.channels.outputs[topic]
+            ch, stamp = self.channels.outputs[topic], self.stamp(t)
             if ch.has_sinks():
-                stamp = self.stamp(t)
-                ch.log(BUILD[codec](group, stamp, self.spec.frame), log_time=stamp)
+                ch.log(BUILD[codec](group, stamp, frame), log_time=stamp)
+            if codec == "path" and tf is not None and tf.has_sinks():   # the 3D panel's camera follows the ego
+                msg = ego(group, stamp, frame)
+                if msg is not None:
+                    tf.log(msg, log_time=stamp)
         return n > 0
 
     def _restart(self, stamp: Callable[[int], int], t: int) -> None:

@@ -9,7 +9,8 @@ scheduler's.
 
 A ``path`` route (trajectory rows x, y, yaw, v, t) becomes ``foxglove.PosesInFrame``; a ``markers`` route
 (tracks, TRACK_COLS, and their count) a ``foxglove.SceneUpdate``: everything deleted, then a cube and a label
-per track, as the MarkerArray the node publishes. The 3D panel draws both."""
+per track, as the MarkerArray the node publishes. The 3D panel draws both, its camera following frame ``ego``:
+where each trajectory drawn starts (the ego's pose when it was planned), on ``TF_TOPIC``."""
 from __future__ import annotations
 
 import math
@@ -17,13 +18,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .wire import finite_rows, poses_in_frame, scene_update
+from .wire import finite_rows, frame_transform, poses_in_frame, scene_update
 
 # codec -> the Foxglove schema its route is drawn in (a route of another codec is not served)
 SCHEMAS = {"path": "foxglove.PosesInFrame", "markers": "foxglove.SceneUpdate"}
 CLASS_NAMES = ("car", "truck", "cyclist", "pedestrian")
 CLASS_RGB = ((0.2, 0.6, 1.0), (0.1, 0.3, 0.9), (1.0, 0.7, 0.1), (1.0, 0.2, 0.2))
 DEFAULT_HZ = 10.0
+EGO_FRAME, TF_TOPIC = "ego", "/rt/out/tf"   # foxglove.FrameTransforms: frame -> ego
 
 Group = Mapping[str, np.ndarray]
 
@@ -74,6 +76,15 @@ def trajectory(group: Group, stamp_ns: int, frame: str) -> bytes:
     y left out."""
     rows = finite_rows(np.asarray(group["trajectory"], np.float64).reshape(-1, 5))
     return poses_in_frame(rows[:, :3], stamp_ns, frame)
+
+
+def ego(group: Group, stamp_ns: int, frame: str) -> bytes | None:
+    """Frame ``ego`` at a trajectory's first pose, as ``foxglove.FrameTransforms`` (None: no finite first pose)."""
+    rows = np.asarray(group["trajectory"], np.float64).reshape(-1, 5)
+    if not len(rows) or not np.isfinite(rows[0, :3]).all():
+        return None
+    x, y, yaw = rows[0, :3].tolist()
+    return frame_transform(stamp_ns, frame, EGO_FRAME, x, y, yaw)
 
 
 LIFETIME_NS = 300_000_000   # a track's cube and label, unless the next update comes first

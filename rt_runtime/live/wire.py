@@ -1,4 +1,4 @@
-"""Foxglove's ``PosesInFrame`` and ``SceneUpdate`` written as protobuf bytes straight from the arrays.
+"""Foxglove's ``PosesInFrame``, ``SceneUpdate`` and ``FrameTransforms`` written as protobuf bytes straight from the arrays.
 
 Building them from the SDK's message objects took a Python object per vector, quaternion and pose (four
 per pose of a trajectory, a dozen per track): most of the live view's own CPU, taken from the replay's
@@ -9,6 +9,7 @@ them); the field numbers are those of the SDK's own schemas (``foxglove.messages
 ``tests/test_live_channels.py`` decodes both ways and compares."""
 from __future__ import annotations
 
+import math
 import struct
 from typing import Iterable, Sequence
 
@@ -158,9 +159,20 @@ def scene_update(stamp_ns: int, frame: str, lifetime_ns: int,
     return b"".join(out)
 
 
+# FrameTransforms: transforms 1 (FrameTransform: timestamp 1, parent_frame_id 2, child_frame_id 3, translation 4,
+# rotation 5)
+_PLACE = Rows(*nest((4, _vector(None, None, 0.0)), (5, _quaternion(None, None))))
+
+
+def frame_transform(stamp_ns: int, parent: str, child: str, x: float, y: float, yaw: float) -> bytes:
+    """``foxglove.FrameTransforms`` of one transform: ``child`` at (x, y) in ``parent``, turned by ``yaw``."""
+    body = field(1, timestamp(stamp_ns)) + field(2, parent.encode()) + field(3, child.encode())
+    return field(1, body + _PLACE.pack(x, y, math.sin(yaw / 2), math.cos(yaw / 2)))
+
+
 def finite_rows(rows: np.ndarray) -> np.ndarray:
     """The rows whose x and y (columns 0, 1) are finite."""
     return rows[np.isfinite(rows[:, 0]) & np.isfinite(rows[:, 1])]
 
 
-__all__ = ["field", "finite_rows", "poses_in_frame", "scene_update", "timestamp", "varint"]
+__all__ = ["field", "finite_rows", "frame_transform", "poses_in_frame", "scene_update", "timestamp", "varint"]
