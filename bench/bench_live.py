@@ -7,9 +7,12 @@ channel of the stack is on: jobs and windows, safety, degraded tasks, speculatio
 trajectory and objects, at the default 10 Hz (``live.channels.LiveSpec.of``; ``RT_BENCH_LIVE_HZ``: another
 ``--foxglove-hz``).
 
-Wall time of ``replay()`` per variant, the median of ``RT_BENCH_REPEATS`` (default 5) runs, interleaved so
-load on a shared machine hits every variant alike; the digest of each variant, and the events the view
-queued and dropped.
+Wall time of ``replay()`` per variant, the median of ``RT_BENCH_REPEATS`` (default 5) runs, interleaved (each round
+in its own seeded order) so load on a shared machine hits every variant alike; the digest of each variant, and the events the view
+queued and dropped. ``paired`` is the median over rounds of each round's variant / none - 1 (the runs of one
+round back to back, so slow drifts of the machine cancel), with the distribution-free 95 % interval of that
+median from the order statistics (binomial): a cost is shown where the interval lies above 0, and bounded by
+its upper end.
 
 Run: ``PYTHONPATH=. python bench/bench_live.py``
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -131,6 +135,16 @@ def emit_ns() -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
+def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The distribution-free ``level`` interval of the median of ``xs``: order statistics k and n + 1 - k, the
+    largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2 (the whole range for fewer than 6 values)."""
+    from scipy.stats import binom
+
+    ys, n = sorted(xs), len(xs)
+    k = max([j for j in range(1, n // 2 + 1) if binom.cdf(j - 1, n, 0.5) <= (1 - level) / 2], default=1)
+    return ys[k - 1], ys[n - k]
+
+
 def main() -> None:
     """Print the table."""
     bag = default_bag()
@@ -139,8 +153,8 @@ def main() -> None:
     walls: dict[str, list[float]] = {v: [] for v in variants}
     info: dict[str, tuple[str, dict[str, int]]] = {}
     once(bag, cfg, "none")   # warm: the first replay of the process pays imports and caches
-    for _ in range(REPEATS):
-        for v in variants:
+    for k in range(REPEATS):
+        for v in random.Random(k).sample(variants, len(variants)):   # each round in its own order: no seat is favoured
             wall, digest, counts = once(bag, cfg, v)
             walls[v].append(wall)
             info[v] = (digest, counts)
@@ -150,14 +164,17 @@ def main() -> None:
     print(f"built-in scenario, first {SECONDS:g} s at --speed max, --foxglove-hz {HZ:g}, median of {REPEATS} "
           f"interleaved runs (load average at the end: {load} on {os.cpu_count()} cores)")
     print(f"{'variant':<13} {'wall s':>8} {'vs none':>8} {'min s':>7} {'digest':>18} {'events':>8} {'dropped':>8} "
-          f"{'msgs':>7} {'view cpu ms':>11} {'client ms':>9} {'emits ms':>9}")
+          f"{'msgs':>7} {'view cpu ms':>11} {'client ms':>9} {'emits ms':>9} {'paired [95 % interval]':>24}")
     for v in variants:
         m = statistics.median(walls[v])
+        ratios = [100 * (a / b - 1) for a, b in zip(walls[v], walls["none"])]
+        lo, hi = median_interval(ratios)
+        paired = f"{statistics.median(ratios):+.1f}% [{lo:+.1f}, {hi:+.1f}]" if v != "none" else "-"
         digest, c = info[v]
         hot = c.get("events", 0) * per_emit / 1e6   # what the appends cost the scheduler's thread
         print(f"{v:<13} {m:>8.3f} {100 * (m / anchor - 1):>+7.1f}% {min(walls[v]):>7.3f} {digest[:16]:>18} {c.get('events', 0):>8} "
               f"{c.get('dropped', 0):>8} {c.get('messages', 0):>7} {c.get('cpu_ms', 0):>11} {c.get('client_ms', 0):>9} "
-              f"{hot:>9.2f}")
+              f"{hot:>9.2f} {paired:>24}")
     print(f"one emit: {per_emit:.0f} ns (median of 5 x 200,000 appends); 'emits ms' = events x that, on the "
           "scheduler's thread; 'view cpu ms' = the server thread's CPU (folding, building, logging), off it; 'client ms' = "
           "the client process's CPU during the run (on the same cores)")
