@@ -1,49 +1,8 @@
 """Speculative execution: run a periodic task's next job on predicted inputs in slack time; commit on a match.
 
-A task opts in with ``TaskBinding(..., speculate=Speculate(hypotheses, k=..., atol=...))`` (or the
-``speculate:`` key of a stack file, see ``build_speculate``).
-
-**The basis.** Under LET the inputs of the next job (released at R) are partly known before R:
-a channel written by a task takes, at R, the output of the last job of that task whose deadline
-is at or before R, and once that job has *finished* its output sits in a reserved slot waiting
-for its deadline. So the basis of a hypothesis is, per input: that pending output if there is
-one; else the channel's current message. If a job whose output is due by R has not finished
-yet, the basis is not known and nothing is speculated; nor while an input named in ``wait_for``
-still holds a value written before the last release (its producer has not run for this cycle).
-Inputs fed by ingress (sensors) hold their latest message in the basis; predicting them is the
-hypotheses' job.
-
-**Hypotheses.** ``hypotheses(basis, written_ns, R)`` (``written_ns``: the logical time each
-basis value was, or will be, written) returns up to ``k`` predicted input sets for the release
-at R (a dict per hypothesis; inputs it leaves out keep their basis value): e.g. the ego's
-odometry propagated to the last message before R, or obstacles that keep going / brake. When the
-task-written part of the basis changes (a new output became known), the hypotheses in hand are
-dropped (their ops count as wasted) and new ones are made.
-
-**Slack** (inline driver on a ``VirtualClock``): when no worker has a mandatory op to start and
-the task's worker is idle, the driver calls ``Speculator.step``: it runs *one* op of the current
-hypothesis on its own ``GraphExecutor`` (one per hypothesis, with its own arenas, so a cached
-result survives and cannot touch the primary's memory), and only if ``now + expected cost`` is
-strictly before the next event that can make a job ready (``Scheduler.next_ready_event``: a
-release, a message on a trigger channel, a publish into one, a deadline of an unfinished job) and
-before the end of the run. Expected cost: the op's last cost (the primary job's measurement
-before the first speculative run), times ``margin`` under a measured cost model. Nothing that
-could start a job happens during that op, so mandatory jobs' response times do not grow. When a
-mandatory job becomes ready the hypothesis in progress is abandoned (its ops are wasted).
-Worker threads on the wall clock use the same three steps (``prepare`` under the scheduler's
-lock, ``run_op`` outside it, ``settle`` under it) while every worker is idle (``threads.py``);
-there a message from outside can arrive during the op: up to one op of blocking.
-
-**Validation** at the real release: per input, the snapshot and each completed hypothesis must
-agree within ``atol`` (per input; a list is per column, the last axis) on the valid rows
-(``rows``: input -> the input holding its row count). A match commits the cached outputs into the
-job's slots: the job finishes at its release without running (it still publishes at its LET
-deadline, or at once with ``publish: on_finish``). No match: the job runs as usual. With
-``atol == 0`` a hit commits exactly what the graph would compute (the replay stays bit-exact for
-deterministic ops); a non-zero tolerance trades that for latency, and a hit on inputs that are
-not bit-equal marks the run non-deterministic.
-
-Trace: ``REACTION`` with ``a = REACT_SPEC_HIT`` (5) or ``REACT_SPEC_MISS`` (6), ``b`` = task mode.
+Opt in with ``TaskBinding(..., speculate=Speculate(...))`` or a stack file's ``speculate:`` key
+(``build_speculate``). The basis, hypotheses, slack rule, validation and trace: docs/SAFETY.md,
+"Speculative execution".
 """
 from __future__ import annotations
 

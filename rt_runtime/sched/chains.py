@@ -1,30 +1,5 @@
-"""Run-time chains: one LET interval for a whole chain of tasks (docs/CYCLE.md, "Chains").
-
-At the head's release r an instance opens: every member's job is created, each snapshots the
-inputs it does not get from an earlier member (the chain reads the world at r), and all of them
-will publish at r + D. The head is queued at once; member k waits (``WAITING``) until member k-1's
-job of the instance finishes, then is queued at that instant and reads the earlier members'
-outputs of the instance directly from their reserved slots (pinned until it finishes). Every member's
-job counts as released at r, with its instance (a job released at r with a precedence constraint):
-the instant it is queued depends on how fast its predecessor computed, and the counters replay
-diagnostics carry must not. If an
-earlier member's job failed or was aborted, member k reads that channel's last published value
-instead (stale) and runs anyway: a planner still plans when a detector fails. A member still
-waiting at r + D misses like any job (its reaction applies) and is never queued. A member degraded
-to a fallback graph that reads nothing from the members before it does not wait for them: it is
-released with the head, so a slow upstream cannot starve a minimal-risk plan.
-
-A member that has a period of its own (a planner; not a task triggered by its predecessor's
-output) is also released on its own, reading the channels, whenever its chain has opened no
-instance for one and a half of the member's periods: a planner keeps planning (in its minimal-risk mode, if the safety
-supervisor says so) when the LiDAR that heads its chain falls silent.
-
-Such a member degraded to a fallback that reads nothing from the members before it is *reserved*
-(``reserved``): while it runs its fallback it leaves its chain and is released at once, then on its
-own period's grid (offset + k * period), every period, ahead of every other job (``scheduler.RESERVED``), with
-the fallback's budget; the analysis charges exactly that (``analysis.modes``). Released by its
-chain, a minimal-risk plan came only when the chain's head came, and after the jobs of every
-earlier deadline: under load whole periods went without one (docs/SAFETY.md, "Degraded mode").
+"""Run-time chains: one LET interval for a whole chain of tasks (docs/CYCLE.md, "Chains"; reserved
+members: docs/SAFETY.md, "Degraded mode").
 
 These functions are the scheduler's hooks for chains; they run where the scheduler runs (under
 its lock when threaded) and allocate only per instance, not per op.

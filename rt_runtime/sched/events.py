@@ -1,31 +1,7 @@
 """Trace events: the kinds the scheduler emits, and the sink protocol a tracer implements.
 
-Every step of a cycle is an event ``(kind, t_ns, task, job_index, a, b)``. ``t_ns`` is logical
-time on the runtime's clock (virtual time under a ``VirtualClock``). The meaning of ``a``/``b``:
-
-=========  ==========================================  ===================================
-kind       a                                           b
-=========  ==========================================  ===================================
-RELEASE    worker                                      1 if triggered by a message
-SNAPSHOT   inputs read                                 inputs that were stale (not new)
-START      worker                                      1 if the fallback graph runs
-PREEMPT    worker                                      ops done so far
-RESUME     worker                                      ops done so far
-OP_START   op index                                    worker
-OP_END     op index                                    worker
-FINISH     execution time (ns)                         worker
-PUBLISH    outputs made visible (also: DEADLINE)       1 if published at finish
-MISS       worker (-1: not started)                    ops done so far
-OVERRUN    execution time at detection (ns)            budget (ns)
-REACTION   reaction code (``REACT_*``)                 task mode after it (1 = fallback)
-DROP       reason (``DROP_*``)                         messages or jobs dropped
-ABORT      worker (-1: aborted before it started)      ops done so far
-STALL      worker                                      op index that has not returned
-COMPARE    verdict (``COMPARE_*``; redundant tasks)     copies run
-SAFETY     safety state after it (0/1/2, ``safety``)    reason (``safety.degrade.REASONS``)
-MEASURED   op index (the last of the step)             what the step took on this machine (ns)
-CHAIN      the predecessor's job index                 the member's place in its chain
-=========  ==========================================  ===================================
+Every step of a cycle is an event ``(kind, t_ns, task, job_index, a, b)``; what ``a`` and ``b`` mean
+per kind: docs/CYCLE.md, "One instant t, in order" (the table after the steps).
 """
 from __future__ import annotations
 
