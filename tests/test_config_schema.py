@@ -15,7 +15,6 @@ from rt_runtime.commands import schema as schema_cmd
 from rt_runtime.config import realtime, schema, taskset, wiring
 from rt_runtime.config.stack import parse_stack
 from rt_runtime.config.taskset import ConfigError, load_yaml, parse_join
-from rt_runtime.safety import spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config"
@@ -108,9 +107,8 @@ def test_key_lists_are_the_models_fields():
         assert getattr(wiring, name) is getattr(schema, name), name
     assert schema.TASK_KEYS + schema.RUNTIME_TASK_KEYS == tuple(schema.Task.model_fields)
     assert set(taskset.DURATION_KEYS) <= set(schema.TASK_KEYS)
-    # Lists still written out elsewhere (safety/spec.py, config/realtime.py) must say the same.
-    assert spec.SAFETY_KEYS == schema.SAFETY_KEYS and spec.SPECULATE_KEYS == schema.SPECULATE_KEYS
-    assert spec.SPEC_KEYS == schema.REDUNDANCY_KEYS and realtime.KEYS == schema.REALTIME_KEYS
+    # Lists still written out elsewhere (config/realtime.py) must say the same.
+    assert realtime.KEYS == schema.REALTIME_KEYS
 
 
 def every_key_doc():

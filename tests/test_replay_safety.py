@@ -63,7 +63,7 @@ def test_a_clean_recording_stays_nominal(short_bag):  # noqa: F811
     ({"sensors": {"lidar/pointz": "100ms"}}, "safety: sensors: ['lidar/pointz'] are not ingress channels"),
     ({"sensors": {"ego/odom": 20}}, "sensors.ego/odom: expected a duration with a unit"),
     ({"silence_critical": 1.0}, "silence_critical (1.0) must be >= silence_factor (1.5)"),
-    ({"hysteresis": {"degraded": 0}}, "hysteresis: expected {degraded: N, minimal_risk: M}"),
+    ({"hysteresis": {"degraded": 0}}, "hysteresis.degraded: expected an integer >= 1, found 0"),
     ({"colour": "red"}, "unknown key(s) ['colour']"),
 ])
 def test_bad_safety_keys_name_the_file_and_the_field(change, message):

@@ -12,7 +12,8 @@ from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.faults.inject import FIELDS, Injection, Injector, field_bit, flip_bit, plan
 from rt_runtime.safety.invariants import parse_checks, violation
 from rt_runtime.safety.redundancy import Redundant
-from rt_runtime.safety.spec import CHECK_COST_NS, parse_redundancy
+from rt_runtime.config.safety_keys import parse_redundancy
+from rt_runtime.safety.spec import CHECK_COST_NS
 from rt_runtime.sched import EventKind, RecordingSink, Runtime, TaskBinding, declared_cost
 from rt_runtime.sched.events import COMPARE_MATCH, COMPARE_NO_MAJORITY, COMPARE_VOTED
 

@@ -10,7 +10,8 @@ from rt_runtime.core import Graph, Op, Task, TensorSpec
 from rt_runtime.safety.compare import outputs_equal, tensors_equal
 from rt_runtime.faults.inject import Injection, Injector, flip_bit
 from rt_runtime.safety.redundancy import Redundant, RedundantExecutor
-from rt_runtime.safety.spec import RedundancySpec, parse_redundancy
+from rt_runtime.config.safety_keys import parse_redundancy
+from rt_runtime.safety.spec import RedundancySpec
 from rt_runtime.sched import EventKind, RecordingSink, Runtime, TaskBinding, declared_cost
 from rt_runtime.sched.events import COMPARE_MATCH, COMPARE_NO_MAJORITY, COMPARE_VOTED
 

@@ -98,6 +98,8 @@ def test_speculation_off_changes_nothing(short_bag) -> None:  # noqa: F811
 
 @pytest.mark.parametrize("change, message", [
     ({"k": 0}, "k: expected an integer >= 1"),
+    ({"atol": {"odom": [0.1, -1]}}, "atol.odom.1: expected a number >= 0, found -1"),   # the union's deepest
+    ({"atol": "wide"}, "atol: expected a number, a list or a mapping, found 'wide'"),
     ({"colour": 1}, "unknown key(s) ['colour']"),
     ({"atol": {"odom": [0.1, 0.1]}}, "expected one tolerance per column (6 for shape (6,)), found 2"),
     ({"atol": {"wheel": 0.1}}, "graph 'planning' has no input(s) ['wheel']"),

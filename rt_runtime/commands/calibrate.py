@@ -115,7 +115,7 @@ def measure(trace: str | Path, checked: Mapping[str, str] | None = None) -> dict
 
 def checked_steps(cfg: Any) -> dict[str, str]:
     """Task -> where its jobs run declared output checks (``measure``'s ``checked``)."""
-    from ..safety.spec import parse_redundancy
+    from ..config.safety_keys import parse_redundancy
 
     out = {}
     for name, e in cfg.entries.items():

@@ -88,7 +88,7 @@ def _initial(cfg: StackConfig, task: str, device: str) -> Mapping[str, Any]:
 
 def _speculate(cfg: StackConfig, task: str, on: bool | None, graph: Graph | None) -> Any:
     """The task's ``speculate:`` key as a ``Speculate`` (None when absent or off)."""
-    from ..safety.spec import parse_speculate
+    from .safety_keys import parse_speculate
 
     spec = parse_speculate(cfg.entries[task].get("speculate"))   # validated by parse_task
     if spec is None or on is False or (on is None and not spec.enabled):
@@ -133,7 +133,7 @@ def build_bindings(cfg: StackConfig, device: str | None = None,
         executor = None
         if e.get("redundancy") is not None:   # validated (and its budget multiplied) by parse_task
             from ..safety.redundancy import Redundant
-            from ..safety.spec import parse_redundancy
+            from .safety_keys import parse_redundancy
 
             spec = parse_redundancy(e["redundancy"])
             loose = [o.name for o in graph.ops if not o.deterministic] if graph is not None else []

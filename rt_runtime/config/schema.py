@@ -6,7 +6,9 @@ file as it is typed. The key lists the hand-written validation uses (``STACK_KEY
 ``RUNTIME_TASK_KEYS``, ``CHAIN_KEYS``, ``CHANNEL_KEYS``, ``INGRESS_KEYS``, ``EGRESS_KEYS``,
 ``JOIN_KEYS``, ...) are these models' field names, in order: a key added here is accepted there.
 
-The models check structure (keys, types, enums, duration syntax). The semantic checks (a chain's
+The models check structure (keys, types, enums, duration syntax); the ``redundancy:``, ``speculate:``
+and ``safety:`` keys are validated by them (``safety_keys.py``, one line an error by
+``basetypes.validate``), the rest by hand against the key lists. The semantic checks (a chain's
 members exist, one writer per channel, schedulability, the graphs build) and their one-line messages
 stay in ``taskset.py``, ``stack.py`` and ``wiring.py``: ``parse_stack`` is what decides. The models
 are deliberately a little looser where those checks say more (``graph`` is optional, since ``check``

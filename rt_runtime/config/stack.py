@@ -204,7 +204,7 @@ def check_device(value: object, source: str) -> str:
 
 def _safety(doc: Mapping[str, Any], source: str, entries: Mapping[str, Any], ingress: list[IngressRoute]) -> Any:
     """The ``safety:`` key, checked against the tasks and the ingress channels."""
-    from ..safety.spec import parse_safety
+    from .safety_keys import parse_safety
 
     def duration(value: object, what: str) -> int:
         try:

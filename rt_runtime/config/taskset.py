@@ -83,7 +83,7 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
     if "wcet" not in d:
         raise fail("wcet", "missing (the worst-case execution time, e.g. \"2ms\")")
     if entry.get("redundancy") is not None:
-        from ..safety.spec import parse_redundancy
+        from .safety_keys import parse_redundancy
 
         try:
             spec = parse_redundancy(entry["redundancy"])
@@ -92,7 +92,7 @@ def parse_task(entry: Mapping[str, Any], source: str, index: int) -> Task:
         if spec is not None:   # wcet is one run; a redundant job runs 1-3, plus its checks (docs/SAFETY.md, "Budgets")
             d["wcet"] = spec.budget_ns(d["wcet"])
     if entry.get("speculate") is not None:
-        from ..safety.spec import parse_speculate
+        from .safety_keys import parse_speculate
 
         try:
             parse_speculate(entry["speculate"])

@@ -28,7 +28,8 @@ from typing import Any, Iterable, Mapping
 
 from ..core.units import clip
 from .schema import (CHAIN_KEYS, CHANNEL_KEYS, EGRESS_KEYS, HYSTERESIS_KEYS, INGRESS_KEYS,  # the models' fields
-                     RUNTIME_TASK_KEYS, STACK_KEYS, TASK_KEYS)
+                     REDUNDANCY_KEYS, RUNTIME_TASK_KEYS, SAFETY_KEYS, SPECULATE_KEYS, STACK_KEYS,
+                     TASK_KEYS)
 from .yamlfile import ConfigError, suggest
 
 
@@ -93,7 +94,6 @@ def _route_label(kind: str, i: int, r: Mapping[str, Any]) -> str:
 
 def key_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
     """Every key the configuration does not have, each with "did you mean" from the keys that exist there."""
-    from ..safety.spec import SAFETY_KEYS, SPEC_KEYS, SPECULATE_KEYS
 
     out: list[ConfigError] = []
 
@@ -105,7 +105,7 @@ def key_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
                                                f"one of {', '.join(keys)}", task=task, field=fld or str(key)))
 
     def unknown_grouped(where: str, value: object, keys: tuple[str, ...], fld: str, task: str | None = None) -> None:
-        """As ``safety.spec`` words it (``unknown key(s) [...]``), with "did you mean" for each."""
+        """As ``config.basetypes.validate`` words it (``unknown key(s) [...]``), with "did you mean" for each."""
         if not isinstance(value, Mapping):
             return
         bad = [k for k in value if k not in keys]
@@ -124,7 +124,7 @@ def key_problems(doc: Mapping[str, Any], source: str) -> list[ConfigError]:
     for name, e in task_entries(doc).items():
         unknown(f"task '{_shown(name)}': ", e, task_keys, task=name)
         unknown_grouped(f"task '{_shown(name)}': speculate", e.get("speculate"), SPECULATE_KEYS, "speculate", name)
-        unknown_grouped(f"task '{_shown(name)}': redundancy", e.get("redundancy"), SPEC_KEYS, "redundancy", name)
+        unknown_grouped(f"task '{_shown(name)}': redundancy", e.get("redundancy"), REDUNDANCY_KEYS, "redundancy", name)
         if e.get("fallback_args") is not None and e.get("fallback") is None:
             out.append(ConfigError(source, f"task '{_shown(name)}': fallback_args: given, but the task has no "
                                            f"fallback: graph to pass them to", task=name, field="fallback_args"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .degrade import DEGRADED, MINIMAL_RISK, NOMINAL, STATES, DegradeStateMachine
-from .spec import RedundancySpec, parse_redundancy
+from .spec import RedundancySpec
 
 _LAZY = {"RedundantExecutor": ".redundancy", "Redundant": ".redundancy", "SafetyMonitor": ".monitor"}
 
@@ -22,5 +22,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["DEGRADED", "MINIMAL_RISK", "NOMINAL", "STATES", "DegradeStateMachine", "RedundancySpec",
-           "parse_redundancy", *_LAZY]
+__all__ = ["DEGRADED", "MINIMAL_RISK", "NOMINAL", "STATES", "DegradeStateMachine", "RedundancySpec", *_LAZY]
